@@ -1,0 +1,64 @@
+//! `tidings serve`: the HTTP API plus background workers, with one shutdown path.
+
+use std::{io::Write, time::Duration};
+
+use anyhow::Context;
+use poem::{
+    listener::{Acceptor, Listener, TcpListener},
+    Server,
+};
+
+use crate::{
+    api,
+    config::ServeArgs,
+    db,
+    shutdown::{self, OsSignals},
+    state::{AppState, Settings},
+};
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let signals = OsSignals::install().context("installing signal handlers")?;
+    let (pool, embedded) = db::open(&args.database).await?;
+    db::migrate(&pool).await?;
+    let state = AppState::new(pool, Settings { max_body_bytes: args.max_body_bytes });
+
+    let (trigger, shutdown) = shutdown::channel();
+    let workers = crate::workers::spawn_all(&state, &shutdown);
+
+    let acceptor = TcpListener::bind(args.listen.to_string())
+        .into_acceptor()
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let local = acceptor
+        .local_addr()
+        .first()
+        .and_then(|a| a.as_socket_addr().copied())
+        .context("listener has no socket address")?;
+    // The one line on stdout: scripts and tests read the bound address from it.
+    println!("tidings listening on http://{local}");
+    std::io::stdout().flush().ok();
+    tracing::info!(%local, docs = %format!("http://{local}/docs"), "serving");
+
+    let server = Server::new_with_acceptor(acceptor).run_with_graceful_shutdown(
+        api::routes(&state),
+        async move {
+            signals.recv().await;
+            trigger.trigger();
+        },
+        Some(Duration::from_secs(args.shutdown_grace_secs)),
+    );
+    let served = server.await;
+
+    // In-flight requests are done; let workers finish their current step.
+    drop(shutdown);
+    for worker in workers {
+        if let Err(err) = worker.await {
+            tracing::error!(error = %err, "worker panicked");
+        }
+    }
+    state.pool.close().await;
+    if let Some(mut pg) = embedded {
+        tokio::task::spawn_blocking(move || pg.stop()).await.ok();
+    }
+    served.context("HTTP server failed")
+}

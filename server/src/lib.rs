@@ -1,0 +1,14 @@
+//! tidings-server: the HTTP API, the store layer (all SQL lives there), and the
+//! background workers. Pure logic lives in `tidings-core`.
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod embedded_pg;
+pub mod error;
+pub mod shutdown;
+pub mod state;
+pub mod telemetry;
+pub mod workers;

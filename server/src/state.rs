@@ -1,0 +1,37 @@
+//! What every handler and worker shares. Cheap to clone.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub settings: Arc<Settings>,
+}
+
+/// Runtime settings derived from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_body_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { max_body_bytes: 64 * 1024 }
+    }
+}
+
+impl AppState {
+    pub fn new(pool: PgPool, settings: Settings) -> Self {
+        AppState { pool, settings: Arc::new(settings) }
+    }
+
+    /// A state whose pool never connects: enough to build the OpenAPI document.
+    pub fn offline() -> Self {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://offline.invalid/tidings")
+            .expect("a constant URL parses");
+        AppState::new(pool, Settings::default())
+    }
+}

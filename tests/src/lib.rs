@@ -1,0 +1,209 @@
+//! Test harness: each test gets a fresh, migrated PostgreSQL database and a real
+//! `tidings serve` process on a free port, and talks to it over HTTP.
+//!
+//! The database server comes from `TIDINGS_TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`); `scripts/test` makes sure one runs.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use sqlx::{postgres::PgPoolOptions, Connection, PgConnection, PgPool};
+
+/// The PostgreSQL server tests create their databases on.
+pub fn admin_url() -> String {
+    std::env::var("TIDINGS_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// The `tidings` binary of this build: `TIDINGS_BIN`, or `target/<profile>/tidings`
+/// next to the test executable (`target/<profile>/deps/…`).
+pub fn tidings_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("TIDINGS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let bin = profile_dir.join("tidings");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first with `cargo build -p tidings-server` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A database of its own for one test; dropped (with FORCE) when the value drops.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> anyhow::Result<Self> {
+        let admin = admin_url();
+        let name = format!("tidings_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin).await.context("connecting to the test PostgreSQL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+        conn.close().await.ok();
+        let url = replace_database(&admin, &name);
+        Ok(TestDb { name, url })
+    }
+
+    pub async fn pool(&self) -> anyhow::Result<PgPool> {
+        Ok(PgPoolOptions::new().max_connections(8).connect(&self.url).await?)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = admin_url();
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime; use a thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let mut conn = PgConnection::connect(&admin).await.ok()?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
+fn replace_database(url: &str, db: &str) -> String {
+    let mut parsed = url::Url::parse(url).expect("valid database URL");
+    parsed.set_path(&format!("/{db}"));
+    parsed.to_string()
+}
+
+/// A running `tidings serve`. Killed (SIGKILL) on drop unless stopped first.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    child: Option<Child>,
+    stderr_log: PathBuf,
+}
+
+/// How to start the binary: extra arguments and environment on top of the defaults.
+#[derive(Default, Clone)]
+pub struct AppOptions {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// When false, DATABASE_URL is not passed (the embedded default).
+    pub no_database_url: bool,
+}
+
+impl TestApp {
+    /// A fresh database and a server on it.
+    pub async fn spawn() -> anyhow::Result<(TestApp, TestDb)> {
+        let db = TestDb::create().await?;
+        let app = TestApp::spawn_on(&db.url, AppOptions::default()).await?;
+        Ok((app, db))
+    }
+
+    pub async fn spawn_on(database_url: &str, opts: AppOptions) -> anyhow::Result<TestApp> {
+        let stderr_log = std::env::temp_dir().join(format!("tidings-test-{}.log", uuid::Uuid::new_v4().simple()));
+        let mut cmd = Command::new(tidings_bin());
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(&opts.args);
+        cmd.env_remove("DATABASE_URL");
+        if !opts.no_database_url {
+            cmd.env("DATABASE_URL", database_url);
+        }
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr_log)?);
+        let mut child = cmd.spawn().context("spawning tidings")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        // Read the announced address on a blocking thread with a deadline.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if let Some(addr) = line.strip_prefix("tidings listening on ") {
+                    let _ = tx.send(addr.to_string());
+                    break;
+                }
+            }
+            // Keep draining so the child never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let base = match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60))).await? {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+                bail!("tidings did not announce its address within 60 s; its log:\n{log}");
+            }
+        };
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        Ok(TestApp { base, client, child: Some(child), stderr_log })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// What the server logged so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for a clean exit; returns the exit status.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status()?;
+        tokio::task::spawn_blocking(move || child.wait()).await?.context("waiting for tidings")
+    }
+
+    /// SIGKILL: a crash, with no chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.stderr_log);
+    }
+}
+
+/// Asserts a response is an RFC 9457 problem with the given status and returns its body.
+pub async fn expect_problem(resp: reqwest::Response, status: u16) -> serde_json::Value {
+    let got = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = resp.text().await.unwrap_or_default();
+    assert_eq!(got, status, "expected {status}, got {got}: {body}");
+    assert!(
+        content_type.starts_with("application/problem+json"),
+        "expected a problem body, got content-type {content_type:?}: {body}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&body).expect("problem body is JSON");
+    assert_eq!(json["status"], status, "problem status field: {json}");
+    assert!(json["type"].as_str().is_some_and(|t| !t.is_empty()), "problem type: {json}");
+    assert!(json["title"].as_str().is_some(), "problem title: {json}");
+    assert!(json["code"].as_str().is_some(), "problem code: {json}");
+    json
+}

@@ -1,0 +1,170 @@
+//! The service's frame: health, readiness, docs, problem bodies, the OpenAPI
+//! document, and the embedded PostgreSQL default.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use serde_json::Value;
+use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp, TestDb};
+
+#[tokio::test]
+async fn health_is_ok_and_ready_once_migrated() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let live: Value = app.client.get(app.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(live["status"], "ok");
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test]
+async fn readiness_fails_when_migrations_are_missing() {
+    let (app, db) = TestApp::spawn().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    // Forget one applied migration: the binary knows more than the database has.
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["status"], "migrations pending");
+}
+
+#[tokio::test]
+async fn docs_and_openapi_json_are_served() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let docs = app.client.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
+    let spec: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    assert!(spec["paths"]["/readyz"].is_object());
+}
+
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let resp = app.client.get(app.url("/no/such/route")).send().await.unwrap();
+    let problem = expect_problem(resp, 404).await;
+    assert_eq!(problem["code"], "not_found");
+    let resp = app.client.delete(app.url("/healthz")).send().await.unwrap();
+    let problem = expect_problem(resp, 405).await;
+    assert_eq!(problem["code"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_whether_declared_or_streamed() {
+    let (app, _db) = TestApp::spawn_with_limit(1024).await;
+    let big = vec![b'x'; 4096];
+    let resp = app.client.post(app.url("/healthz")).body(big.clone()).send().await.unwrap();
+    expect_problem(resp, 413).await;
+    // No Content-Length: a chunked stream must be cut off at the limit too.
+    let stream = futures::stream::iter(big.chunks(512).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>());
+    let resp = app
+        .client
+        .post(app.url("/healthz"))
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .unwrap();
+    expect_problem(resp, 413).await;
+}
+
+trait SpawnWithLimit {
+    async fn spawn_with_limit(limit: usize) -> (TestApp, TestDb);
+}
+
+impl SpawnWithLimit for TestApp {
+    async fn spawn_with_limit(limit: usize) -> (TestApp, TestDb) {
+        let db = TestDb::create().await.unwrap();
+        let opts = AppOptions { args: vec!["--max-body-bytes".into(), limit.to_string()], ..Default::default() };
+        (TestApp::spawn_on(&db.url, opts).await.unwrap(), db)
+    }
+}
+
+#[test]
+fn committed_openapi_document_matches_the_binary() {
+    let out = Command::new(tidings_bin()).arg("openapi").output().unwrap();
+    assert!(out.status.success(), "tidings openapi failed: {}", String::from_utf8_lossy(&out.stderr));
+    let committed_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../openapi/openapi.json");
+    let committed = std::fs::read_to_string(&committed_path).unwrap_or_default();
+    let generated = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        committed == generated,
+        "openapi/openapi.json is stale: regenerate it with `target/debug/tidings openapi > openapi/openapi.json`"
+    );
+}
+
+#[test]
+fn help_explains_the_commands_and_configuration() {
+    let out = Command::new(tidings_bin()).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in ["serve", "migrate", "openapi"] {
+        assert!(help.contains(word), "--help lacks {word}: {help}");
+    }
+    let out = Command::new(tidings_bin()).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in ["DATABASE_URL", "TIDINGS_LISTEN", "TIDINGS_MAX_BODY_BYTES"] {
+        assert!(help.contains(word), "serve --help lacks {word}: {help}");
+    }
+}
+
+/// Without DATABASE_URL the binary starts its own PostgreSQL, serves, and on
+/// SIGTERM stops it: no postmaster is left running.
+#[tokio::test]
+async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
+    let dir = tempdir_in_target("embedded");
+    let opts = AppOptions {
+        args: vec!["--data-dir".into(), dir.display().to_string()],
+        no_database_url: true,
+        ..Default::default()
+    };
+    let mut app = TestApp::spawn_on("", opts).await.unwrap();
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200, "log: {}", app.log());
+
+    let pid_file = dir.join("pg/postmaster.pid");
+    let postmaster: i32 = std::fs::read_to_string(&pid_file).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    assert!(process_alive(postmaster));
+
+    let status = app.terminate().await.unwrap();
+    assert!(status.success(), "tidings exited with {status}");
+    for _ in 0..100 {
+        if !process_alive(postmaster) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!process_alive(postmaster), "PostgreSQL (pid {postmaster}) still running after SIGTERM");
+    assert!(!pid_file.exists(), "postmaster.pid left behind: not a clean shutdown");
+
+    // Data is kept between runs: a second start reuses the directory.
+    let opts = AppOptions {
+        args: vec!["--data-dir".into(), dir.display().to_string()],
+        no_database_url: true,
+        ..Default::default()
+    };
+    let mut again = TestApp::spawn_on("", opts).await.unwrap();
+    assert_eq!(again.client.get(again.url("/readyz")).send().await.unwrap().status(), 200);
+    assert!(again.terminate().await.unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn process_alive(pid: i32) -> bool {
+    // `kill -0` succeeds for live processes; zombies have no /proc/<pid>/status "State: Z" check needed
+    // because the postmaster is reparented and reaped by init.
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default().contains("State:\tZ")
+}
+
+/// A directory under target/ (not /tmp, whose sticky bit is fine, but target/ is
+/// certainly reachable by the unprivileged account PostgreSQL runs as).
+fn tempdir_in_target(name: &str) -> std::path::PathBuf {
+    let dir = tidings_bin()
+        .parent()
+        .unwrap()
+        .join("test-data")
+        .join(format!("{name}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
