@@ -1,0 +1,406 @@
+//! Seen/read watermarks and badge arithmetic (DESIGN.md invariant 3).
+//!
+//! A user has two watermarks: everything at or below `seen` has been shown in
+//! the bell, everything at or below `read` has been opened. Items read one by
+//! one above the read watermark live in a bounded [`ReadSet`]. The server keeps
+//! these in PostgreSQL and the browser keeps a copy; both compute with the
+//! functions below so they always agree.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::position::Position;
+
+/// How many items may be read individually above the read watermark. Past
+/// this the client should mark all read (which prunes the set); the bound
+/// keeps the per-user row small and every request's work constant.
+pub const MAX_INDIVIDUAL_READS: usize = 1000;
+
+/// Badges stop counting here and show "999+"-style text instead: a user does
+/// not read a thousand notifications, and counting them all costs a scan.
+pub const BADGE_CAP: u32 = 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatermarkError {
+    #[error("too many items read individually (limit {max}); mark all as read instead")]
+    Full { max: usize },
+}
+
+/// The new watermark: `max(current, min(proposed, head))`.
+///
+/// `proposed` is what the client says it saw or read; clamping to `head` (the
+/// newest position the server could have shown it) stops a client from marking
+/// future items, and taking the max with `current` makes a late or replayed
+/// request harmless: a watermark never moves back.
+pub fn advance(current: Position, proposed: Position, head: Position) -> Position {
+    current.max(proposed.min(head))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Watermarks {
+    pub seen: Position,
+    pub read: Position,
+}
+
+impl Watermarks {
+    /// Moves `seen` by [`advance`]; returns whether it changed (so the server
+    /// can skip a write and the client a re-render).
+    pub fn advance_seen(&mut self, proposed: Position, head: Position) -> bool {
+        let next = advance(self.seen, proposed, head);
+        let changed = next != self.seen;
+        self.seen = next;
+        changed
+    }
+
+    /// Moves `read` by [`advance`]. Leaves `seen` alone: the two are stored
+    /// separately, and [`classify`] already treats read items as seen.
+    pub fn advance_read(&mut self, proposed: Position, head: Position) -> bool {
+        let next = advance(self.read, proposed, head);
+        let changed = next != self.read;
+        self.read = next;
+        changed
+    }
+
+    /// The mark to count *unseen* items against: reading implies seeing, so
+    /// an item below the read watermark is never unseen.
+    pub fn effective_seen(&self) -> Position {
+        self.seen.max(self.read)
+    }
+}
+
+/// Items read one by one above the read watermark. Bounded by
+/// [`MAX_INDIVIDUAL_READS`]; [`ReadSet::prune`] drops entries the watermark
+/// has overtaken.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "Vec<Position>", into = "Vec<Position>")]
+pub struct ReadSet {
+    items: BTreeSet<Position>,
+}
+
+impl ReadSet {
+    pub fn new() -> Self {
+        ReadSet::default()
+    }
+
+    /// Adds `p`; `Ok(true)` if it was new, `Ok(false)` if already present.
+    /// Refuses a new entry when full rather than evicting one, because
+    /// evicting would silently turn a read item unread again.
+    pub fn insert(&mut self, p: Position) -> Result<bool, WatermarkError> {
+        if self.items.contains(&p) {
+            return Ok(false);
+        }
+        if self.items.len() >= MAX_INDIVIDUAL_READS {
+            return Err(WatermarkError::Full {
+                max: MAX_INDIVIDUAL_READS,
+            });
+        }
+        Ok(self.items.insert(p))
+    }
+
+    pub fn contains(&self, p: Position) -> bool {
+        self.items.contains(&p)
+    }
+
+    /// Drops every entry at or below `read_mark`: the watermark covers them.
+    pub fn prune(&mut self, read_mark: Position) {
+        self.items = self.items.split_off(&read_mark);
+        self.items.remove(&read_mark);
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Entries in position order.
+    pub fn iter(&self) -> impl Iterator<Item = Position> + '_ {
+        self.items.iter().copied()
+    }
+}
+
+impl TryFrom<Vec<Position>> for ReadSet {
+    type Error = WatermarkError;
+
+    fn try_from(positions: Vec<Position>) -> Result<Self, Self::Error> {
+        let mut set = ReadSet::new();
+        for p in positions {
+            set.insert(p)?;
+        }
+        Ok(set)
+    }
+}
+
+impl From<ReadSet> for Vec<Position> {
+    fn from(set: ReadSet) -> Self {
+        set.items.into_iter().collect()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemState {
+    pub seen: bool,
+    pub read: bool,
+}
+
+/// An item is read if at or below the read watermark or in the read set; it is
+/// seen if at or below the seen watermark or read (reading implies seeing).
+pub fn classify(item: Position, marks: &Watermarks, individually_read: &ReadSet) -> ItemState {
+    let read = item <= marks.read || individually_read.contains(item);
+    ItemState {
+        seen: read || item <= marks.seen,
+        read,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadgeCount {
+    pub count: u32,
+    /// True when there are more than `count` (the badge reads "cap+").
+    pub capped: bool,
+}
+
+/// Counts positions above `mark` that are not in `individually_read` (pass an
+/// empty set for unseen counts), stopping at `cap`: when more than `cap`
+/// qualify the result is `count == cap, capped == true`; exactly `cap` is not
+/// capped. Each position in the input counts once per occurrence; the feed
+/// never repeats one.
+pub fn unread_count(
+    positions: impl IntoIterator<Item = Position>,
+    mark: Position,
+    individually_read: &ReadSet,
+    cap: u32,
+) -> BadgeCount {
+    let mut count = 0u32;
+    for p in positions {
+        if p <= mark || individually_read.contains(p) {
+            continue;
+        }
+        if count >= cap {
+            return BadgeCount {
+                count,
+                capped: true,
+            };
+        }
+        count += 1;
+    }
+    BadgeCount {
+        count,
+        capped: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const fn p(tx: i64, id: i64) -> Position {
+        Position::new(tx, id)
+    }
+
+    #[test]
+    fn advance_never_moves_back_and_never_passes_the_head() {
+        assert_eq!(advance(p(5, 5), p(3, 9), p(9, 9)), p(5, 5), "late request");
+        assert_eq!(advance(p(5, 5), p(7, 1), p(9, 9)), p(7, 1), "normal");
+        assert_eq!(advance(p(5, 5), p(12, 0), p(9, 9)), p(9, 9), "beyond head");
+        // A head behind the current mark (a replica lagging) must not pull back.
+        assert_eq!(advance(p(5, 5), p(9, 9), p(4, 0)), p(5, 5));
+    }
+
+    #[test]
+    fn advance_reports_whether_anything_changed() {
+        let mut m = Watermarks::default();
+        assert!(m.advance_seen(p(2, 1), p(3, 0)));
+        assert!(!m.advance_seen(p(1, 0), p(3, 0)));
+        assert!(m.advance_read(p(1, 0), p(3, 0)));
+        assert_eq!(
+            m,
+            Watermarks {
+                seen: p(2, 1),
+                read: p(1, 0)
+            }
+        );
+        assert_eq!(m.effective_seen(), p(2, 1));
+    }
+
+    #[test]
+    fn reading_implies_seeing() {
+        let marks = Watermarks {
+            seen: p(1, 0),
+            read: p(2, 0),
+        };
+        let mut set = ReadSet::new();
+        set.insert(p(5, 0)).expect("room");
+        assert_eq!(
+            classify(p(2, 0), &marks, &set),
+            ItemState {
+                seen: true,
+                read: true
+            }
+        );
+        assert_eq!(
+            classify(p(5, 0), &marks, &set),
+            ItemState {
+                seen: true,
+                read: true
+            }
+        );
+        assert_eq!(
+            classify(p(4, 0), &marks, &set),
+            ItemState {
+                seen: false,
+                read: false
+            }
+        );
+        let marks = Watermarks {
+            seen: p(9, 0),
+            read: p(2, 0),
+        };
+        assert_eq!(
+            classify(p(4, 0), &marks, &set),
+            ItemState {
+                seen: true,
+                read: false
+            }
+        );
+    }
+
+    #[test]
+    fn read_set_is_bounded_and_refuses_rather_than_forgets() {
+        let mut set = ReadSet::new();
+        for i in 0..MAX_INDIVIDUAL_READS as i64 {
+            assert_eq!(set.insert(p(1, i)), Ok(true));
+        }
+        assert_eq!(
+            set.insert(p(1, 0)),
+            Ok(false),
+            "duplicates are fine when full"
+        );
+        assert_eq!(
+            set.insert(p(2, 0)),
+            Err(WatermarkError::Full {
+                max: MAX_INDIVIDUAL_READS
+            })
+        );
+        assert!(set.contains(p(1, 0)));
+        set.prune(p(1, 499));
+        assert_eq!(set.len(), 500);
+        assert!(!set.contains(p(1, 499)));
+        assert!(set.contains(p(1, 500)));
+        assert_eq!(set.insert(p(2, 0)), Ok(true));
+    }
+
+    #[test]
+    fn read_set_deserialisation_enforces_the_bound() {
+        let many: Vec<Position> = (0..=MAX_INDIVIDUAL_READS as i64).map(|i| p(0, i)).collect();
+        let json = serde_json::to_string(&many).expect("serialise");
+        assert!(serde_json::from_str::<ReadSet>(&json).is_err());
+        let few = serde_json::to_string(&many[..3]).expect("serialise");
+        assert_eq!(
+            serde_json::from_str::<ReadSet>(&few)
+                .expect("deserialise")
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn badge_caps_only_when_more_than_cap_exist() {
+        let none = ReadSet::new();
+        let items = |n: i64| (1..=n).map(|i| p(i, i));
+        assert_eq!(
+            unread_count(items(3), Position::ORIGIN, &none, 3),
+            BadgeCount {
+                count: 3,
+                capped: false
+            }
+        );
+        assert_eq!(
+            unread_count(items(4), Position::ORIGIN, &none, 3),
+            BadgeCount {
+                count: 3,
+                capped: true
+            }
+        );
+        assert_eq!(
+            unread_count(items(4), p(2, 2), &none, 3),
+            BadgeCount {
+                count: 2,
+                capped: false
+            }
+        );
+        let mut read = ReadSet::new();
+        read.insert(p(4, 4)).expect("room");
+        assert_eq!(
+            unread_count(items(4), p(2, 2), &read, 3),
+            BadgeCount {
+                count: 1,
+                capped: false
+            }
+        );
+        assert_eq!(
+            unread_count(items(1), Position::ORIGIN, &none, 0),
+            BadgeCount {
+                count: 0,
+                capped: true
+            }
+        );
+    }
+
+    fn position() -> impl Strategy<Value = Position> {
+        (0i64..6, 0i64..6).prop_map(|(tx, id)| p(tx, id))
+    }
+
+    proptest! {
+        #[test]
+        fn watermarks_are_monotonic_and_bounded_by_the_highest_head(
+            calls in proptest::collection::vec((any::<bool>(), position(), position()), 0..40)
+        ) {
+            let mut marks = Watermarks::default();
+            let mut max_head = Position::ORIGIN;
+            for (is_read, proposed, head) in calls {
+                let before = marks;
+                max_head = max_head.max(head);
+                let changed = if is_read {
+                    marks.advance_read(proposed, head)
+                } else {
+                    marks.advance_seen(proposed, head)
+                };
+                prop_assert!(marks.seen >= before.seen && marks.read >= before.read);
+                prop_assert!(marks.seen <= max_head && marks.read <= max_head);
+                prop_assert_eq!(changed, marks != before);
+            }
+        }
+
+        #[test]
+        fn unread_count_matches_a_naive_model(
+            positions in proptest::collection::btree_set(position(), 0..30),
+            mark in position(),
+            read in proptest::collection::vec(position(), 0..10),
+            cap in 0u32..12,
+        ) {
+            let set = ReadSet::try_from(read.clone()).expect("small");
+            let naive = positions
+                .iter()
+                .filter(|&&q| q > mark && !read.contains(&q))
+                .count() as u32;
+            let expected = BadgeCount { count: naive.min(cap), capped: naive > cap };
+            prop_assert_eq!(unread_count(positions.iter().copied(), mark, &set, cap), expected);
+        }
+
+        #[test]
+        fn prune_removes_exactly_what_the_mark_covers(
+            read in proptest::collection::btree_set(position(), 0..20),
+            mark in position(),
+        ) {
+            let mut set = ReadSet::try_from(read.iter().copied().collect::<Vec<_>>()).expect("small");
+            set.prune(mark);
+            let kept: Vec<Position> = read.iter().copied().filter(|&q| q > mark).collect();
+            prop_assert_eq!(set.iter().collect::<Vec<_>>(), kept);
+        }
+    }
+}
