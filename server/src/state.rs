@@ -4,27 +4,39 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::auth::AuthCache;
+
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
+    pub auth_cache: Arc<AuthCache>,
 }
 
 /// Runtime settings derived from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_body_bytes: usize,
+    /// The operator's bearer token for /v1/admin.
+    pub admin_token: String,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_body_bytes: 64 * 1024 }
+        Settings {
+            max_body_bytes: 64 * 1024,
+            admin_token: String::new(),
+        }
     }
 }
 
 impl AppState {
     pub fn new(pool: PgPool, settings: Settings) -> Self {
-        AppState { pool, settings: Arc::new(settings) }
+        AppState {
+            pool,
+            settings: Arc::new(settings),
+            auth_cache: Arc::new(AuthCache::default()),
+        }
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.
