@@ -1,0 +1,167 @@
+//! bench/sql/*.sql hold the exact statements the server runs (copied from its
+//! store modules, with `$n` parameters). `pgbench_script` turns one into a pgbench
+//! script with `:pn` variables; the tests below fail when a file drifts from the
+//! server source it names on its `-- source:` lines.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+pub struct SqlFile {
+    pub path: PathBuf,
+    /// `-- source: server/src/…` lines: files that must contain every statement.
+    pub sources: Vec<String>,
+    /// Statements without comments, each ending with `;`.
+    pub statements: Vec<String>,
+}
+
+pub fn sql_dir(repo: &Path) -> PathBuf {
+    repo.join("bench").join("sql")
+}
+
+impl SqlFile {
+    pub fn load(path: &Path) -> anyhow::Result<SqlFile> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut sources = vec![];
+        let mut body = String::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            if let Some(src) = trimmed.strip_prefix("-- source:") {
+                sources.push(src.trim().to_string());
+            } else if trimmed.starts_with("--") {
+                continue;
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+        let statements = body
+            .split(";\n")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("{};", s.trim_end_matches(';')))
+            .collect();
+        Ok(SqlFile {
+            path: path.to_path_buf(),
+            sources,
+            statements,
+        })
+    }
+
+    /// A pgbench script: `$n` becomes `:pn`, one statement per line (pgbench ends a
+    /// SQL command at a newline-terminated `;`), and `prefix`/`suffix` lines
+    /// (e.g. BEGIN/COMMIT or `\set`) around them.
+    pub fn pgbench_script(&self, prefix: &[&str], suffix: &[&str]) -> String {
+        let mut out = String::new();
+        for p in prefix {
+            out.push_str(p);
+            out.push('\n');
+        }
+        for s in &self.statements {
+            out.push_str(&to_pgbench_vars(&collapse(s)));
+            out.push('\n');
+        }
+        for s in suffix {
+            out.push_str(s);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Statements missing from their sources (whitespace-insensitive).
+    pub fn drift(&self, repo: &Path) -> anyhow::Result<Vec<String>> {
+        let mut haystack = String::new();
+        for src in &self.sources {
+            let text = std::fs::read_to_string(repo.join(src))
+                .with_context(|| format!("reading {src} named by {}", self.path.display()))?;
+            haystack.push_str(&collapse(&unescape_rust_literals(&text)));
+            haystack.push('\n');
+        }
+        Ok(self
+            .statements
+            .iter()
+            .filter(|s| !haystack.contains(collapse(s.trim_end_matches(';')).as_str()))
+            .cloned()
+            .collect())
+    }
+}
+
+/// Whitespace runs become one space.
+pub fn collapse(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Rust string literals may continue lines with `\` + newline; treat as a space.
+fn unescape_rust_literals(s: &str) -> String {
+    s.replace("\\\n", " ")
+}
+
+pub fn to_pgbench_vars(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let bytes = sql.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'$' && i + 1 < bytes.len() && bytes[i + 1].is_ascii_digit() {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j].is_ascii_digit() {
+                j += 1;
+            }
+            out.push_str(":p");
+            out.push_str(&sql[i + 1..j]);
+            i = j;
+        } else {
+            out.push(bytes[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    #[test]
+    fn parameters_become_pgbench_variables() {
+        assert_eq!(
+            to_pgbench_vars("WHERE a = $1 AND (b, c) < ($2, $12::bigint)"),
+            "WHERE a = :p1 AND (b, c) < (:p2, :p12::bigint)"
+        );
+    }
+
+    /// Every bench/sql file names its source and matches it: the baseline pgbench
+    /// runs exactly what the server runs.
+    #[test]
+    fn bench_sql_files_match_the_server_source() {
+        let dir = sql_dir(&repo());
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).expect("bench/sql exists") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("sql") {
+                continue;
+            }
+            let file = SqlFile::load(&path).expect("loads");
+            assert!(
+                !file.sources.is_empty(),
+                "{} has no `-- source:` line",
+                path.display()
+            );
+            assert!(!file.statements.is_empty(), "{} is empty", path.display());
+            let drift = file.drift(&repo()).expect("sources readable");
+            assert!(
+                drift.is_empty(),
+                "{} drifted from {:?}; copy the statements again:\n{}",
+                path.display(),
+                file.sources,
+                drift.join("\n")
+            );
+            checked += 1;
+        }
+        assert!(checked > 0);
+    }
+}
