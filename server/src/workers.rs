@@ -5,6 +5,19 @@ use tokio::task::JoinHandle;
 
 use crate::{shutdown::Shutdown, state::AppState};
 
-pub fn spawn_all(_state: &AppState, _shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
-    Vec::new()
+pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
+    let mut workers = vec![
+        tokio::spawn(crate::expansion::run(state.clone(), shutdown.clone())),
+        tokio::spawn(crate::idempotency::run_purge(
+            state.clone(),
+            shutdown.clone(),
+        )),
+    ];
+    if state.settings.alerts.nats_url.is_some() {
+        workers.push(tokio::spawn(crate::nats_inbox::run(
+            state.clone(),
+            shutdown.clone(),
+        )));
+    }
+    workers
 }

@@ -2,9 +2,13 @@
 //! `OpenApiService`. Handlers parse, call one store or service function, map.
 
 pub mod admin;
+pub mod alerts;
 mod body_limit;
+pub mod deliveries;
 pub mod health;
 pub mod user_tokens;
+pub mod users;
+pub mod webhook_endpoints;
 
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{OpenApiService, Tags};
@@ -19,6 +23,14 @@ pub enum ApiTags {
     Admin,
     /// Credentials for front ends.
     Auth,
+    /// Transactional alerts: fan-out on write, one notification per key.
+    Alerts,
+    /// The outbox seen by operators: delivery states, re-queueing.
+    Deliveries,
+    /// Recipients' contact data.
+    Users,
+    /// Standard Webhooks endpoints and their signing secrets.
+    Webhooks,
 }
 
 pub const TITLE: &str = "Tidings";
@@ -34,6 +46,20 @@ fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
         user_tokens::UserTokensApi {
             state: state.clone(),
         },
+        (
+            alerts::AlertsApi {
+                state: state.clone(),
+            },
+            deliveries::DeliveriesApi {
+                state: state.clone(),
+            },
+            users::UsersApi {
+                state: state.clone(),
+            },
+            webhook_endpoints::WebhookEndpointsApi {
+                state: state.clone(),
+            },
+        ),
     )
 }
 
