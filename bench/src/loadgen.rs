@@ -36,7 +36,6 @@ pub struct Tools {
     pub oha: PathBuf,
     pub wrk: PathBuf,
     pub pgbench: PathBuf,
-    pub work_dir: PathBuf,
 }
 
 #[derive(Debug, Clone)]

@@ -1,8 +1,5 @@
 //! `tidings-bench`: the benchmark harness behind `scripts/bench`. See bench/README.md.
 
-// Workloads land one by one with the features they measure.
-#![allow(dead_code)]
-
 mod loadgen;
 mod pg;
 mod plots;
@@ -99,6 +96,23 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&work_dir)?;
     plots::init_fonts()?;
 
+    // The baselines must run the server's own SQL: refuse to measure otherwise.
+    let mut drifted = vec![];
+    for entry in std::fs::read_dir(sqlfile::sql_dir(&repo))? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) == Some("sql") {
+            let file = sqlfile::SqlFile::load(&path)?;
+            if !file.drift(&repo)?.is_empty() {
+                drifted.push(format!("{} (from {:?})", path.display(), file.sources));
+            }
+        }
+    }
+    anyhow::ensure!(
+        drifted.is_empty(),
+        "bench/sql differs from the server's statements; copy them again: {}",
+        drifted.join(", ")
+    );
+
     let db_name = format!("tidings_bench_{}", tier.label().to_lowercase());
     let target = pg::Target::new(&args.pg_url, &db_name)?;
     eprintln!("==> database {db_name}: recreate and migrate");
@@ -111,19 +125,24 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let seeded = seed::seed(&pool, &tier).await?;
 
     eprintln!("==> starting tidings serve");
+    let sink = server::Sink::start().await?;
     let server = Tidings::serve(Launch {
         bin: &args.tidings_bin,
         database_url: &target.url,
         log_dir: &work_dir,
         name: "serve",
-        env: vec![],
+        env: vec![
+            // The HTTP workloads measure the API alone; the drain workload runs
+            // `tidings worker` processes of its own.
+            ("TIDINGS_OUTBOX_WORKERS".into(), "0".into()),
+            ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
+        ],
     })
     .await?;
     let tools = Tools {
         oha: args.oha.clone(),
         wrk: args.wrk.clone(),
         pgbench: args.pgbench.clone(),
-        work_dir: work_dir.clone(),
     };
     let load_generators = tools.versions().await;
     let stem = format!("{}-{}", started_at.format("%Y-%m-%d"), args.git_sha);
@@ -140,6 +159,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         plot_stem: stem.clone(),
         seeded,
         http: reqwest::Client::new(),
+        sink_url: sink.url.clone(),
+        sink_count: sink.received.clone(),
     };
 
     let mut results = vec![];
@@ -152,6 +173,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let outcome = match name {
             "health" => workloads::health::run(&ctx).await,
             "feed" => workloads::feed::run(&ctx).await,
+            "fanout" => workloads::fanout::run(&ctx).await,
+            "ingest" => workloads::ingest::run(&ctx).await,
+            "drain" => workloads::drain::run(&ctx).await,
+            "mixed" => workloads::mixed::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
                 "not implemented in the harness yet",

@@ -1,7 +1,7 @@
 //! What a run produces: the results JSON (raw figures and machine facts), the
 //! markdown summary, and the well-formedness check of tier S.
 
-use std::{collections::BTreeMap, fmt::Write as _, path::Path};
+use std::{fmt::Write as _, path::Path};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
@@ -447,19 +447,6 @@ pub fn write_all(
     std::fs::write(&md_path, markdown(report, plot_dir_rel))?;
     Ok((json_path, md_path))
 }
-
-/// A compact map for `figures`.
-pub fn obj(pairs: &[(&str, Value)]) -> Value {
-    Value::Object(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<serde_json::Map<_, _>>(),
-    )
-}
-
-#[allow(dead_code)]
-pub type Figures = BTreeMap<String, Value>;
 
 #[cfg(test)]
 mod tests {

@@ -94,7 +94,8 @@ pub async fn seed(pool: &PgPool, tier: &Tier) -> anyhow::Result<Seeded> {
     .bind(t)
     .execute(&mut *tx)
     .await?;
-    // Tenant 0 is the big customer: 30% of users and 15% of teams, including
+    // Tenant 0 is the big customer: 55% of users (enough for the 10,000-member
+    // audience of the fan-out workload) and 15% of teams, including
     // team-0, the hottest team with `big_team_members` members. The rest follow
     // Zipf over the other tenants.
     sqlx::query(
@@ -112,7 +113,7 @@ pub async fn seed(pool: &PgPool, tier: &Tier) -> anyhow::Result<Seeded> {
     sqlx::query(
         "CREATE TABLE bench.users AS
          SELECT u, tenant, 'user-' || u AS user_id
-         FROM (SELECT u, CASE WHEN u < $1 * 30 / 100 THEN 0
+         FROM (SELECT u, CASE WHEN u < $1 * 55 / 100 THEN 0
                               ELSE 1 + bench.zipf(u, 11, $2 - 1) END AS tenant
                FROM generate_series(0, $1 - 1) u) s",
     )

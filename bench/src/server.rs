@@ -24,7 +24,6 @@ pub const ADMIN_TOKEN: &str = "bench-admin-token";
 pub struct Tidings {
     child: Child,
     pub base_url: String,
-    pub log_path: PathBuf,
 }
 
 pub struct Launch<'a> {
@@ -55,20 +54,15 @@ impl Tidings {
             .with_context(|| format!("unexpected first line from tidings serve: {line}"))?
             .trim()
             .to_string();
-        Ok(Tidings {
-            child,
-            base_url,
-            log_path,
-        })
+        Ok(Tidings { child, base_url })
     }
 
     /// `tidings worker` (no HTTP).
     pub async fn worker(launch: Launch<'_>) -> anyhow::Result<Tidings> {
-        let (child, log_path) = spawn(&launch, &["worker"])?;
+        let (child, _) = spawn(&launch, &["worker"])?;
         Ok(Tidings {
             child,
             base_url: String::new(),
-            log_path,
         })
     }
 
@@ -171,9 +165,5 @@ impl Sink {
             received,
             _task: task,
         })
-    }
-
-    pub fn count(&self) -> u64 {
-        self.received.load(Ordering::Relaxed)
     }
 }

@@ -49,17 +49,24 @@ impl SqlFile {
         })
     }
 
-    /// A pgbench script: `$n` becomes `:pn`, one statement per line (pgbench ends a
-    /// SQL command at a newline-terminated `;`), and `prefix`/`suffix` lines
-    /// (e.g. BEGIN/COMMIT or `\set`) around them.
+    /// A pgbench script: `$n` becomes `:pn` (one statement) or `:sipn` (statement
+    /// i of several, 1-based, since each numbers its parameters from 1), one
+    /// statement per line (pgbench ends a SQL command at a newline-terminated
+    /// `;`), and `prefix`/`suffix` lines (e.g. BEGIN/COMMIT or `\gset`) around them.
     pub fn pgbench_script(&self, prefix: &[&str], suffix: &[&str]) -> String {
         let mut out = String::new();
         for p in prefix {
             out.push_str(p);
             out.push('\n');
         }
-        for s in &self.statements {
-            out.push_str(&to_pgbench_vars(&collapse(s)));
+        let several = self.statements.len() > 1;
+        for (i, s) in self.statements.iter().enumerate() {
+            let var = if several {
+                format!("s{}p", i + 1)
+            } else {
+                "p".to_string()
+            };
+            out.push_str(&to_pgbench_vars(&collapse(s), &var));
             out.push('\n');
         }
         for s in suffix {
@@ -97,7 +104,7 @@ fn unescape_rust_literals(s: &str) -> String {
     s.replace("\\\n", " ")
 }
 
-pub fn to_pgbench_vars(sql: &str) -> String {
+pub fn to_pgbench_vars(sql: &str, var: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let bytes = sql.as_bytes();
     let mut i = 0;
@@ -107,7 +114,8 @@ pub fn to_pgbench_vars(sql: &str) -> String {
             while j < bytes.len() && bytes[j].is_ascii_digit() {
                 j += 1;
             }
-            out.push_str(":p");
+            out.push(':');
+            out.push_str(var);
             out.push_str(&sql[i + 1..j]);
             i = j;
         } else {
@@ -129,9 +137,10 @@ mod tests {
     #[test]
     fn parameters_become_pgbench_variables() {
         assert_eq!(
-            to_pgbench_vars("WHERE a = $1 AND (b, c) < ($2, $12::bigint)"),
+            to_pgbench_vars("WHERE a = $1 AND (b, c) < ($2, $12::bigint)", "p"),
             "WHERE a = :p1 AND (b, c) < (:p2, :p12::bigint)"
         );
+        assert_eq!(to_pgbench_vars("VALUES ($1)", "s3p"), "VALUES (:s3p1)");
     }
 
     /// Every bench/sql file names its source and matches it: the baseline pgbench

@@ -1,8 +1,12 @@
 //! The workloads. Each returns a `WorkloadResult`; a failure of one is recorded
 //! and the others still run.
 
+pub mod drain;
+pub mod fanout;
 pub mod feed;
 pub mod health;
+pub mod ingest;
+pub mod mixed;
 
 use std::path::{Path, PathBuf};
 
@@ -33,9 +37,16 @@ pub struct Ctx {
     pub plot_stem: String,
     pub seeded: Seeded,
     pub http: reqwest::Client,
+    /// The no-op webhook sink (answers 204 at once).
+    pub sink_url: String,
+    pub sink_count: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ctx {
+    pub fn sink_received(&self) -> u64 {
+        self.sink_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn plot_path(&self, name: &str) -> (PathBuf, String) {
         let file = format!("{}-{name}.png", self.plot_stem);
         (self.plot_dir.join(&file), file)
@@ -61,6 +72,18 @@ impl Ctx {
                 Load::Max {
                     connections: self.tier.connections,
                 },
+                self.tier.measure,
+            )
+            .await
+    }
+
+    /// wrk, closed loop, with a generated Lua script.
+    pub async fn wrk(&self, script: &Path) -> anyhow::Result<Measure> {
+        self.tools
+            .wrk(
+                &self.server.base_url,
+                script,
+                self.tier.connections,
                 self.tier.measure,
             )
             .await
