@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod app;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -10,5 +11,6 @@ pub mod embedded_pg;
 pub mod error;
 pub mod shutdown;
 pub mod state;
+pub mod store;
 pub mod telemetry;
 pub mod workers;

@@ -4,10 +4,13 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::cache::Caches;
+
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
+    pub caches: Arc<Caches>,
 }
 
 /// Runtime settings derived from the command line.
@@ -24,7 +27,7 @@ impl Default for Settings {
 
 impl AppState {
     pub fn new(pool: PgPool, settings: Settings) -> Self {
-        AppState { pool, settings: Arc::new(settings) }
+        AppState { pool, settings: Arc::new(settings), caches: Arc::new(Caches::default()) }
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.

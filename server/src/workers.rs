@@ -5,6 +5,10 @@ use tokio::task::JoinHandle;
 
 use crate::{shutdown::Shutdown, state::AppState};
 
-pub fn spawn_all(_state: &AppState, _shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
-    Vec::new()
+pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
+    vec![tokio::spawn(crate::cache::run_listener(
+        state.pool.clone(),
+        state.caches.clone(),
+        shutdown.clone(),
+    ))]
 }
