@@ -7,6 +7,10 @@
 //! data directory once, start the server as a child process on a free loopback port,
 //! and stop it with a fast shutdown (SIGINT) when Tidings exits.
 //!
+//! When the data directory already has a running server (another `tidings serve`,
+//! or `tidings tenant create` while `serve` runs), we attach to it instead and
+//! leave stopping it to whoever started it.
+//!
 //! PostgreSQL refuses to run as root, so when we are root the data directory is
 //! handed to an unprivileged account (`postgres` if it exists, else `nobody`) and
 //! the server runs as that account.
@@ -46,14 +50,24 @@ impl EmbeddedPostgres {
         let data_dir = root.join("pg");
         let run_as = unprivileged_user()?;
 
-        stop_stale_postmaster(&data_dir);
+        if let Some(port) = running_postmaster_port(&data_dir) {
+            tracing::info!(data_dir = %data_dir.display(), port, "attaching to the PostgreSQL already running in the data directory");
+            return Ok(EmbeddedPostgres {
+                child: None,
+                data_dir,
+                port,
+            });
+        }
         if !data_dir.join("PG_VERSION").exists() {
             init_data_dir(&bin_dir, &data_dir, run_as.as_ref())?;
         }
 
         let port = free_port()?;
         let log_path = root.join("postgres.log");
-        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
         if let Some(user) = &run_as {
             nix::unistd::chown(&log_path, Some(user.uid), Some(user.gid))?;
         }
@@ -73,7 +87,11 @@ impl EmbeddedPostgres {
             .with_context(|| format!("starting {}", bin_dir.join("postgres").display()))?;
         tracing::info!(data_dir = %data_dir.display(), port, log = %log_path.display(), "embedded PostgreSQL starting");
 
-        let mut pg = EmbeddedPostgres { child: Some(child), data_dir, port };
+        let mut pg = EmbeddedPostgres {
+            child: Some(child),
+            data_dir,
+            port,
+        };
         pg.wait_until_accepting(Duration::from_secs(60), &log_path)?;
         Ok(pg)
     }
@@ -116,7 +134,9 @@ impl EmbeddedPostgres {
 
     /// Fast shutdown: disconnect clients, checkpoint, exit. Waits up to 30 s.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pid = Pid::from_raw(child.id() as i32);
         if kill(pid, Signal::SIGINT).is_err() {
             return;
@@ -153,7 +173,12 @@ fn find_bin_dir() -> Option<PathBuf> {
         }
     }
     let mut candidates: Vec<PathBuf> = Vec::new();
-    for prefix in ["/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql"] {
+    for prefix in [
+        "/usr/lib/postgresql",
+        "/usr/local/pgsql",
+        "/opt/homebrew/opt",
+        "/usr/pgsql",
+    ] {
         if let Ok(entries) = fs::read_dir(prefix) {
             for entry in entries.flatten() {
                 candidates.push(entry.path().join("bin"));
@@ -184,7 +209,9 @@ fn unprivileged_user() -> anyhow::Result<Option<User>> {
             return Ok(Some(user));
         }
     }
-    bail!("running as root and no unprivileged account (postgres, nobody) exists to run PostgreSQL");
+    bail!(
+        "running as root and no unprivileged account (postgres, nobody) exists to run PostgreSQL"
+    );
 }
 
 fn apply_user(cmd: &mut Command, user: Option<&User>) {
@@ -203,7 +230,15 @@ fn init_data_dir(bin_dir: &Path, data_dir: &Path, run_as: Option<&User>) -> anyh
     let mut cmd = Command::new(bin_dir.join("initdb"));
     cmd.arg("-D")
         .arg(data_dir)
-        .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        .args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
         .stdin(Stdio::null());
     apply_user(&mut cmd, run_as);
     tracing::info!(data_dir = %data_dir.display(), "initialising embedded PostgreSQL");
@@ -244,21 +279,17 @@ fn chown_tree(dir: &Path, user: &User) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A previous Tidings killed with SIGKILL leaves its PostgreSQL running. Stop it
-/// so that this run starts its own on a port it knows.
-fn stop_stale_postmaster(data_dir: &Path) {
-    let Ok(pid_file) = fs::read_to_string(data_dir.join("postmaster.pid")) else { return };
-    let Some(pid) = pid_file.lines().next().and_then(|l| l.trim().parse::<i32>().ok()) else { return };
-    let pid = Pid::from_raw(pid);
-    if kill(pid, None).is_err() {
-        return; // not running; PostgreSQL removes a stale pid file itself
-    }
-    tracing::warn!(%pid, "stopping a PostgreSQL left running by an earlier Tidings");
-    let _ = kill(pid, Signal::SIGINT);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && kill(pid, None).is_ok() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// The port of a live postmaster in `data_dir`, read from `postmaster.pid`
+/// (line 1 is the pid, line 4 the port). A stale file (process gone) is ignored;
+/// PostgreSQL removes it itself on the next start.
+fn running_postmaster_port(data_dir: &Path) -> Option<u16> {
+    let pid_file = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let mut lines = pid_file.lines();
+    let pid = lines.next()?.trim().parse::<i32>().ok()?;
+    let port = lines.nth(2)?.trim().parse::<u16>().ok()?;
+    kill(Pid::from_raw(pid), None).ok()?;
+    std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    Some(port)
 }
 
 fn free_port() -> anyhow::Result<u16> {

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::cache::Caches;
+use crate::{auth::AuthCache, cache::Caches};
 
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
+    pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
 }
 
@@ -17,17 +18,27 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_body_bytes: usize,
+    /// The operator's bearer token for /v1/admin.
+    pub admin_token: String,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_body_bytes: 64 * 1024 }
+        Settings {
+            max_body_bytes: 64 * 1024,
+            admin_token: String::new(),
+        }
     }
 }
 
 impl AppState {
     pub fn new(pool: PgPool, settings: Settings) -> Self {
-        AppState { pool, settings: Arc::new(settings), caches: Arc::new(Caches::default()) }
+        AppState {
+            pool,
+            settings: Arc::new(settings),
+            auth_cache: Arc::new(AuthCache::default()),
+            caches: Arc::new(Caches::default()),
+        }
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.

@@ -27,7 +27,10 @@ pub fn tidings_bin() -> PathBuf {
         return PathBuf::from(bin);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
     let bin = profile_dir.join("tidings");
     assert!(
         bin.exists(),
@@ -47,15 +50,22 @@ impl TestDb {
     pub async fn create() -> anyhow::Result<Self> {
         let admin = admin_url();
         let name = format!("tidings_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.context("connecting to the test PostgreSQL")?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .context("connecting to the test PostgreSQL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await?;
         conn.close().await.ok();
         let url = replace_database(&admin, &name);
         Ok(TestDb { name, url })
     }
 
     pub async fn pool(&self) -> anyhow::Result<PgPool> {
-        Ok(PgPoolOptions::new().max_connections(8).connect(&self.url).await?)
+        Ok(PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&self.url)
+            .await?)
     }
 }
 
@@ -65,7 +75,10 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs inside the test's runtime; use a thread with its own runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async {
                 let mut conn = PgConnection::connect(&admin).await.ok()?;
                 sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -82,6 +95,18 @@ fn replace_database(url: &str, db: &str) -> String {
     let mut parsed = url::Url::parse(url).expect("valid database URL");
     parsed.set_path(&format!("/{db}"));
     parsed.to_string()
+}
+
+/// The admin token every test server runs with.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// A tenant created through the admin API, with its credentials.
+#[derive(Debug, Clone)]
+pub struct TestTenant {
+    pub id: String,
+    pub api_key: String,
+    pub api_key_id: String,
+    pub signing_secret: String,
 }
 
 /// A running `tidings serve`. Killed (SIGKILL) on drop unless stopped first.
@@ -110,18 +135,29 @@ impl TestApp {
     }
 
     pub async fn spawn_on(database_url: &str, opts: AppOptions) -> anyhow::Result<TestApp> {
-        let stderr_log = std::env::temp_dir().join(format!("tidings-test-{}.log", uuid::Uuid::new_v4().simple()));
+        let stderr_log = std::env::temp_dir().join(format!(
+            "tidings-test-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
         let mut cmd = Command::new(tidings_bin());
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(&opts.args);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&opts.args);
         cmd.env_remove("DATABASE_URL");
         if !opts.no_database_url {
             cmd.env("DATABASE_URL", database_url);
         }
-        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        cmd.env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN);
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        );
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr_log)?);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_log)?);
         let mut child = cmd.spawn().context("spawning tidings")?;
         let stdout = child.stdout.take().context("stdout")?;
         // Read the announced address on a blocking thread with a deadline.
@@ -137,20 +173,81 @@ impl TestApp {
             // Keep draining so the child never blocks on a full pipe.
             for _ in lines {}
         });
-        let base = match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60))).await? {
-            Ok(base) => base,
-            Err(_) => {
-                let _ = child.kill();
-                let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-                bail!("tidings did not announce its address within 60 s; its log:\n{log}");
-            }
-        };
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-        Ok(TestApp { base, client, child: Some(child), stderr_log })
+        let base =
+            match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+                .await?
+            {
+                Ok(base) => base,
+                Err(_) => {
+                    let _ = child.kill();
+                    let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+                    bail!("tidings did not announce its address within 60 s; its log:\n{log}");
+                }
+            };
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(TestApp {
+            base,
+            client,
+            child: Some(child),
+            stderr_log,
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
+    }
+
+    /// Creates a tenant through `POST /v1/admin/tenants`.
+    pub async fn create_tenant(&self) -> TestTenant {
+        let resp = self
+            .client
+            .post(self.url("/v1/admin/tenants"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({"name": "test tenant"}))
+            .send()
+            .await
+            .expect("create tenant");
+        assert_eq!(
+            resp.status(),
+            201,
+            "create tenant: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let body: serde_json::Value = resp.json().await.expect("tenant JSON");
+        let field = |k: &str| {
+            body[k]
+                .as_str()
+                .unwrap_or_else(|| panic!("tenant response lacks {k}: {body}"))
+                .to_string()
+        };
+        TestTenant {
+            id: field("tenant_id"),
+            api_key: field("api_key"),
+            api_key_id: field("api_key_id"),
+            signing_secret: field("signing_secret"),
+        }
+    }
+
+    /// Mints a one-hour user token through `POST /v1/user-tokens`.
+    pub async fn user_token(&self, tenant: &TestTenant, user_id: &str) -> String {
+        let resp = self
+            .client
+            .post(self.url("/v1/user-tokens"))
+            .bearer_auth(&tenant.api_key)
+            .json(&serde_json::json!({"user_id": user_id, "ttl_seconds": 3600}))
+            .send()
+            .await
+            .expect("mint user token");
+        assert_eq!(
+            resp.status(),
+            201,
+            "mint user token: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let body: serde_json::Value = resp.json().await.expect("token JSON");
+        body["token"].as_str().expect("token").to_string()
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -165,8 +262,12 @@ impl TestApp {
     /// SIGTERM, then wait for a clean exit; returns the exit status.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status()?;
-        tokio::task::spawn_blocking(move || child.wait()).await?.context("waiting for tidings")
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        tokio::task::spawn_blocking(move || child.wait())
+            .await?
+            .context("waiting for tidings")
     }
 
     /// SIGKILL: a crash, with no chance to clean up.
@@ -202,7 +303,10 @@ pub async fn expect_problem(resp: reqwest::Response, status: u16) -> serde_json:
     );
     let json: serde_json::Value = serde_json::from_str(&body).expect("problem body is JSON");
     assert_eq!(json["status"], status, "problem status field: {json}");
-    assert!(json["type"].as_str().is_some_and(|t| !t.is_empty()), "problem type: {json}");
+    assert!(
+        json["type"].as_str().is_some_and(|t| !t.is_empty()),
+        "problem type: {json}"
+    );
     assert!(json["title"].as_str().is_some(), "problem title: {json}");
     assert!(json["code"].as_str().is_some(), "problem code: {json}");
     json

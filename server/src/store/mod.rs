@@ -4,3 +4,4 @@
 pub mod events;
 pub mod feed;
 pub mod teams;
+pub mod tenants;
