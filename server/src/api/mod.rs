@@ -3,7 +3,10 @@
 
 pub mod admin;
 mod body_limit;
+pub mod events;
+pub mod feed;
 pub mod health;
+pub mod teams;
 pub mod user_tokens;
 
 use poem::{Endpoint, EndpointExt, Route};
@@ -19,6 +22,12 @@ pub enum ApiTags {
     Admin,
     /// Credentials for front ends.
     Auth,
+    /// Team memberships (API key): who sees a team's events.
+    Teams,
+    /// Activity events (API key): stored once per team.
+    Events,
+    /// A user's feed, badges and seen/read watermarks (user token).
+    Feed,
 }
 
 pub const TITLE: &str = "Tidings";
@@ -32,6 +41,15 @@ fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
             state: state.clone(),
         },
         user_tokens::UserTokensApi {
+            state: state.clone(),
+        },
+        teams::TeamsApi {
+            state: state.clone(),
+        },
+        events::EventsApi {
+            state: state.clone(),
+        },
+        feed::FeedApi {
             state: state.clone(),
         },
     )

@@ -140,7 +140,15 @@ async fn find_events_by_keys(
     tenant_id: Uuid,
     keys: &[String],
 ) -> Result<HashMap<String, KeyedEvent>, sqlx::Error> {
-    let rows: Vec<(String, i64, i64, DateTime<Utc>, Vec<u8>)> = sqlx::query_as(
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        idempotency_key: String,
+        id: i64,
+        tx: i64,
+        created_at: DateTime<Utc>,
+        request_fingerprint: Vec<u8>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
         "SELECT idempotency_key, id, tx, created_at, request_fingerprint FROM events
          WHERE tenant_id = $1 AND idempotency_key = ANY($2)",
     )
@@ -150,6 +158,9 @@ async fn find_events_by_keys(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(key, id, tx, at, fp)| (key, (id, tx, at, fp)))
+        .map(|r| {
+            let event = (r.id, r.tx, r.created_at, r.request_fingerprint);
+            (r.idempotency_key, event)
+        })
         .collect())
 }

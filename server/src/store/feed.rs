@@ -106,8 +106,6 @@ pub enum Mark {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ItemReadError {
-    #[error("no item {0} in this feed")]
-    NotInFeed(i64),
     #[error(transparent)]
     Full(#[from] WatermarkError),
     #[error(transparent)]
