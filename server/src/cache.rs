@@ -161,7 +161,7 @@ async fn listen_once(pool: &PgPool, caches: &Caches) -> Result<(), sqlx::Error> 
     listener.listen(CHANNEL).await?;
     // Anything cached before this point may have missed a notification.
     caches.memberships.set_listening(true);
-    tracing::debug!(channel = CHANNEL, "cache invalidation listener up");
+    tracing::info!(channel = CHANNEL, "cache invalidation listener up");
     loop {
         match listener.try_recv().await? {
             Some(notification) => match parse_memberships_notice(notification.payload()) {
