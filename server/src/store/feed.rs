@@ -255,14 +255,17 @@ page AS (
             LIMIT $11
         ) e)
         UNION ALL
-        (SELECT i.id, i.tx, NULL::text, i.type, NULL::text, i.entity_id, i.subject,
-                i.payload, i.created_at, 'alert'::text
-         FROM inbox_items i CROSS JOIN bounds b
-         WHERE i.tenant_id = $1 AND i.recipient_id = $2
-           AND (i.tx, i.id) > ($7::bigint, $8::bigint)
-           AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
-         ORDER BY i.tx {direction}, i.id {direction}
-         LIMIT $11)
+        -- LATERAL, so the bound is an index condition rather than a filter.
+        (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
+            SELECT i.id, i.tx, NULL::text, i.type, NULL::text, i.entity_id, i.subject,
+                   i.payload, i.created_at, 'alert'::text
+            FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > ($7::bigint, $8::bigint)
+              AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
+            ORDER BY i.tx {direction}, i.id {direction}
+            LIMIT $11
+        ) i)
     ) merged
     ORDER BY tx {direction}, id {direction}
     LIMIT $11
