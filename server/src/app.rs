@@ -34,6 +34,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Settings {
             max_body_bytes: args.max_body_bytes,
             admin_token,
+            alerts: args.alerts.clone(),
         },
     );
 

@@ -86,6 +86,8 @@ pub struct ServeArgs {
     /// and printed once to the log.
     #[arg(long, env = "TIDINGS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub alerts: crate::alerts::AlertsConfig,
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,

@@ -3,6 +3,7 @@
 
 #![warn(clippy::unwrap_used)]
 
+pub mod alerts;
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -12,6 +13,9 @@ pub mod config;
 pub mod db;
 pub mod embedded_pg;
 pub mod error;
+pub mod expansion;
+pub mod idempotency;
+pub mod nats_inbox;
 pub mod shutdown;
 pub mod state;
 pub mod store;

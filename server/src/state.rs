@@ -20,6 +20,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// The operator's bearer token for /v1/admin.
     pub admin_token: String,
+    /// Alerts, idempotency, webhook endpoints and the NATS inbox.
+    pub alerts: crate::alerts::AlertsConfig,
 }
 
 impl Default for Settings {
@@ -27,6 +29,7 @@ impl Default for Settings {
         Settings {
             max_body_bytes: 64 * 1024,
             admin_token: String::new(),
+            alerts: crate::alerts::AlertsConfig::default(),
         }
     }
 }

@@ -6,9 +6,23 @@ use tokio::task::JoinHandle;
 use crate::{shutdown::Shutdown, state::AppState};
 
 pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
-    vec![tokio::spawn(crate::cache::run_listener(
-        state.pool.clone(),
-        state.caches.clone(),
-        shutdown.clone(),
-    ))]
+    let mut workers = vec![
+        tokio::spawn(crate::cache::run_listener(
+            state.pool.clone(),
+            state.caches.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(crate::expansion::run(state.clone(), shutdown.clone())),
+        tokio::spawn(crate::idempotency::run_purge(
+            state.clone(),
+            shutdown.clone(),
+        )),
+    ];
+    if state.settings.alerts.nats_url.is_some() {
+        workers.push(tokio::spawn(crate::nats_inbox::run(
+            state.clone(),
+            shutdown.clone(),
+        )));
+    }
+    workers
 }

@@ -240,3 +240,43 @@ fn tempdir_in_target(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[tokio::test]
+async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodies() {
+    let (app, db) = TestApp::spawn().await.unwrap();
+    let post = |body: &'static str, content_type: &'static str| {
+        app.client
+            .post(app.url("/v1/admin/tenants"))
+            .bearer_auth(tidings_tests::ADMIN_TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    for (body, content_type, status) in [
+        ("{\"name\": ", "application/json", 400),
+        ("[1, 2]", "application/json", 400),
+        ("{\"name\": null}", "application/json", 400),
+        ("{\"name\": {\"a\": 1}}", "application/json", 400),
+        (
+            "{\"name\": \"x\", \"surprise\": true}",
+            "application/json",
+            400,
+        ),
+        ("", "application/json", 400),
+        ("name=x", "application/x-www-form-urlencoded", 415),
+    ] {
+        let resp = post(body, content_type).await.unwrap();
+        let problem = expect_problem(resp, status).await;
+        assert!(
+            problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}: {problem}"
+        );
+    }
+    // Nothing was stored by any of them.
+    let pool = db.pool().await.unwrap();
+    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(tenants, 0);
+}

@@ -15,7 +15,11 @@ const { ROOT, loadPackage, run } = require('../lib/ops.js');
 
 function loadCases() {
   if (process.env.CROSSCHECK_FILE) {
-    return { source: process.env.CROSSCHECK_FILE, text: fs.readFileSync(process.env.CROSSCHECK_FILE, 'utf8') };
+    const seed = process.env.CROSSCHECK_SEED ? ` (seed ${process.env.CROSSCHECK_SEED})` : '';
+    return {
+      source: `${process.env.CROSSCHECK_FILE}${seed}`,
+      text: fs.readFileSync(process.env.CROSSCHECK_FILE, 'utf8'),
+    };
   }
   const seed = process.env.CROSSCHECK_SEED || String(Math.floor(Math.random() * 2 ** 32));
   const count = process.env.CROSSCHECK_COUNT || '2000';

@@ -2,12 +2,16 @@
 //! `OpenApiService`. Handlers parse, call one store or service function, map.
 
 pub mod admin;
+pub mod alerts;
 mod body_limit;
+pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
 pub mod teams;
 pub mod user_tokens;
+pub mod users;
+pub mod webhook_endpoints;
 
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{OpenApiService, Tags};
@@ -28,6 +32,14 @@ pub enum ApiTags {
     Events,
     /// A user's feed, badges and seen/read watermarks (user token).
     Feed,
+    /// Transactional alerts: fan-out on write, one notification per key.
+    Alerts,
+    /// The outbox seen by operators: delivery states, re-queueing.
+    Deliveries,
+    /// Recipients' contact data.
+    Users,
+    /// Standard Webhooks endpoints and their signing secrets.
+    Webhooks,
 }
 
 pub const TITLE: &str = "Tidings";
@@ -43,15 +55,31 @@ fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
         user_tokens::UserTokensApi {
             state: state.clone(),
         },
-        teams::TeamsApi {
-            state: state.clone(),
-        },
-        events::EventsApi {
-            state: state.clone(),
-        },
-        feed::FeedApi {
-            state: state.clone(),
-        },
+        (
+            teams::TeamsApi {
+                state: state.clone(),
+            },
+            events::EventsApi {
+                state: state.clone(),
+            },
+            feed::FeedApi {
+                state: state.clone(),
+            },
+        ),
+        (
+            alerts::AlertsApi {
+                state: state.clone(),
+            },
+            deliveries::DeliveriesApi {
+                state: state.clone(),
+            },
+            users::UsersApi {
+                state: state.clone(),
+            },
+            webhook_endpoints::WebhookEndpointsApi {
+                state: state.clone(),
+            },
+        ),
     )
 }
 

@@ -1,0 +1,177 @@
+//! Recipients' contact data: `PUT/GET/DELETE /v1/users/{user_id}`.
+
+use chrono::{DateTime, Utc};
+use poem_openapi::{param::Path, payload::Json, ApiResponse, Object, OpenApi};
+
+use super::ApiTags;
+use crate::{
+    auth::ApiKeyAuth,
+    error::{ApiError, ApiResult},
+    state::AppState,
+    store::users::{self, UserRow},
+};
+
+pub struct UsersApi {
+    pub state: AppState,
+}
+
+pub const MAX_EMAIL_BYTES: usize = 254;
+pub const MAX_DISPLAY_NAME_BYTES: usize = 255;
+
+#[derive(Debug, Object)]
+#[oai(deny_unknown_fields)]
+pub struct UserIn {
+    /// Where email alerts go. Without one, email alerts to this user are `skipped`.
+    pub email: Option<String>,
+    pub display_name: Option<String>,
+}
+
+#[derive(Debug, Object)]
+pub struct UserOut {
+    pub user_id: String,
+    pub email: Option<String>,
+    pub display_name: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<UserRow> for UserOut {
+    fn from(r: UserRow) -> Self {
+        UserOut {
+            user_id: r.user_id,
+            email: r.email,
+            display_name: r.display_name,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+#[derive(ApiResponse)]
+pub enum UserResponse {
+    #[oai(status = 200)]
+    Ok(Json<UserOut>),
+}
+
+#[derive(ApiResponse)]
+pub enum UserDeleted {
+    /// The contact data is gone. Notifications already written are kept.
+    #[oai(status = 204)]
+    Deleted,
+}
+
+/// Deliberately minimal: one `@` with something on both sides, no whitespace or
+/// control characters, at most 254 bytes (RFC 5321's path limit). The SMTP
+/// server is the judge of the rest.
+pub fn validate_email(email: &str) -> ApiResult<()> {
+    let bad = |why: &str| {
+        Err(ApiError::unprocessable(
+            "invalid_email",
+            format!("email {why}"),
+        ))
+    };
+    if email.len() > MAX_EMAIL_BYTES {
+        return bad("is longer than 254 bytes");
+    }
+    if email.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("must not contain whitespace or control characters");
+    }
+    match email.split_once('@') {
+        Some((local, domain))
+            if !local.is_empty() && !domain.is_empty() && !domain.contains('@') =>
+        {
+            Ok(())
+        }
+        _ => bad("must be of the form local@domain"),
+    }
+}
+
+#[OpenApi(tag = "ApiTags::Users")]
+impl UsersApi {
+    /// Create or replace a recipient's contact data.
+    #[oai(
+        path = "/v1/users/:user_id",
+        method = "put",
+        operation_id = "users.put"
+    )]
+    async fn put(
+        &self,
+        auth: ApiKeyAuth,
+        user_id: Path<String>,
+        body: Json<UserIn>,
+    ) -> ApiResult<UserResponse> {
+        tidings_core::validate_id("user_id", &user_id)?;
+        if let Some(email) = &body.email {
+            validate_email(email)?;
+        }
+        if let Some(name) = &body.display_name {
+            if name.len() > MAX_DISPLAY_NAME_BYTES || name.chars().any(char::is_control) {
+                return Err(ApiError::unprocessable(
+                    "invalid_display_name",
+                    "display_name must be at most 255 bytes without control characters",
+                ));
+            }
+        }
+        let row = users::upsert_user(
+            &self.state.pool,
+            auth.0.tenant_id,
+            &user_id,
+            body.email.as_deref(),
+            body.display_name.as_deref(),
+        )
+        .await?;
+        Ok(UserResponse::Ok(Json(row.into())))
+    }
+
+    /// A recipient's contact data.
+    #[oai(
+        path = "/v1/users/:user_id",
+        method = "get",
+        operation_id = "users.get"
+    )]
+    async fn get(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserResponse> {
+        tidings_core::validate_id("user_id", &user_id)?;
+        let row = users::get_user(&self.state.pool, auth.0.tenant_id, &user_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("user_not_found", "no such user"))?;
+        Ok(UserResponse::Ok(Json(row.into())))
+    }
+
+    /// Forget a recipient's contact data.
+    #[oai(
+        path = "/v1/users/:user_id",
+        method = "delete",
+        operation_id = "users.delete"
+    )]
+    async fn delete(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserDeleted> {
+        tidings_core::validate_id("user_id", &user_id)?;
+        if users::delete_user(&self.state.pool, auth.0.tenant_id, &user_id).await? {
+            Ok(UserDeleted::Deleted)
+        } else {
+            Err(ApiError::not_found("user_not_found", "no such user"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_email;
+
+    #[test]
+    fn email_shape_is_checked_minimally() {
+        assert!(validate_email("a@b").is_ok());
+        assert!(validate_email("first.last+tag@example.co.uk").is_ok());
+        for bad in [
+            "",
+            "ab",
+            "@b",
+            "a@",
+            "a@b@c",
+            "a b@c",
+            "a@b\n",
+            &format!("{}@b", "a".repeat(253)),
+        ] {
+            assert!(validate_email(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

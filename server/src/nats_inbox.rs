@@ -1,0 +1,199 @@
+//! The idempotent consumer (DESIGN invariant 8): alert requests from a NATS
+//! JetStream stream, through the same `alerts::create_alert` the HTTP API uses.
+//!
+//! Per message, ONE transaction records the message id in `inbox_messages`
+//! (ON CONFLICT DO NOTHING) and creates the alert; only after commit is the
+//! message acked. A redelivery (crash before ack, ack lost, a replayed consumer)
+//! finds the id and is acked without effect.
+//!
+//! The message id is the `Nats-Msg-Id` header when the producer set one (so a
+//! producer's own retries are recognised even when JetStream's duplicate window
+//! has passed), else `<stream>:<stream sequence>` (so redeliveries of one stored
+//! message are).
+//!
+//! Poison messages (not JSON, unknown fields, invalid alert, unknown tenant) are
+//! recorded in the inbox with outcome `rejected` and the reason, then
+//! terminated (`+TERM`): retrying cannot fix them, and the row lets an operator
+//! find them. Database trouble is transient: the message is nak'ed with a delay.
+//!
+//! Test-only: with `TIDINGS_TEST_CRASH_BEFORE_ACK=1` the process aborts right
+//! after committing a new alert and before acking, to prove the above.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use futures::StreamExt;
+use uuid::Uuid;
+
+use crate::{
+    alerts::{self, AlertInput, NewAlert, NotificationStatus},
+    shutdown::Shutdown,
+    state::AppState,
+    store::inbox,
+};
+
+pub const CRASH_HOOK_ENV: &str = "TIDINGS_TEST_CRASH_BEFORE_ACK";
+
+pub async fn run(state: AppState, mut shutdown: Shutdown) {
+    while !shutdown.is_requested() {
+        match consume(&state, &mut shutdown).await {
+            Ok(()) => break,
+            Err(err) => tracing::warn!(error = ?err, "NATS inbox stopped; reconnecting"),
+        }
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()> {
+    let config = &state.settings.alerts;
+    let url = config
+        .nats_url
+        .as_deref()
+        .context("no NATS URL configured")?;
+    let client = async_nats::connect(url)
+        .await
+        .context("connecting to NATS")?;
+    let js = jetstream::new(client);
+    let stream = js
+        .get_or_create_stream(jetstream::stream::Config {
+            name: config.nats_stream.clone(),
+            subjects: vec![config.nats_subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .context("creating the alert stream")?;
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            &config.nats_durable,
+            pull::Config {
+                durable_name: Some(config.nats_durable.clone()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(config.nats_ack_wait_secs.max(1)),
+                filter_subject: config.nats_subject.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("creating the durable consumer")?;
+    let mut messages = consumer.messages().await.context("subscribing")?;
+    tracing::info!(stream = %config.nats_stream, subject = %config.nats_subject, "NATS inbox consuming");
+    let crash_before_ack = std::env::var(CRASH_HOOK_ENV).is_ok_and(|v| v == "1");
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            next = messages.next() => next,
+        };
+        let msg = match next {
+            None => anyhow::bail!("message stream ended"),
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "NATS pull failed");
+                continue;
+            }
+            Some(Ok(msg)) => msg,
+        };
+        let message_id = message_id(&config.nats_stream, &msg);
+        let ack = match handle(state, &message_id, &msg.payload).await {
+            Ok(Handled::Created) => {
+                if crash_before_ack {
+                    tracing::error!(%message_id, "{CRASH_HOOK_ENV}=1: aborting after commit, before ack");
+                    std::process::abort();
+                }
+                AckKind::Ack
+            }
+            Ok(Handled::AlreadySeen) => AckKind::Ack,
+            Ok(Handled::Rejected) => AckKind::Term,
+            Err(err) => {
+                tracing::warn!(%message_id, error = ?err, "inbox message failed; will be redelivered");
+                AckKind::Nak(Some(Duration::from_secs(1)))
+            }
+        };
+        if let Err(err) = msg.ack_with(ack).await {
+            // Not acked: JetStream redelivers it and the inbox recognises it.
+            tracing::warn!(%message_id, error = %err, "ack failed");
+        }
+    }
+}
+
+fn message_id(stream: &str, msg: &jetstream::Message) -> String {
+    let header = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+        .map(|v| v.as_str().to_owned())
+        .filter(|v| !v.is_empty());
+    match header {
+        Some(id) => id,
+        None => {
+            let seq = msg.info().map(|i| i.stream_sequence).unwrap_or_default();
+            format!("{stream}:{seq}")
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handled {
+    Created,
+    AlreadySeen,
+    Rejected,
+}
+
+/// The message body: a `POST /v1/alerts` body plus `tenant_id`.
+fn parse(payload: &[u8]) -> Result<(Uuid, NewAlert), String> {
+    let mut body: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("body is not JSON: {e}"))?;
+    let object = body.as_object_mut().ok_or("body must be a JSON object")?;
+    let tenant = object
+        .remove("tenant_id")
+        .and_then(|t| t.as_str().and_then(|s| Uuid::parse_str(s).ok()))
+        .ok_or("tenant_id must be a UUID string")?;
+    let input: AlertInput =
+        serde_json::from_value(body).map_err(|e| format!("invalid alert: {e}"))?;
+    let alert = NewAlert::parse(input).map_err(|e| e.to_string())?;
+    Ok((tenant, alert))
+}
+
+pub async fn handle(state: &AppState, message_id: &str, payload: &[u8]) -> anyhow::Result<Handled> {
+    let pool = &state.pool;
+    let (tenant, alert) = match parse(payload) {
+        Ok(parsed) => parsed,
+        Err(reason) => return reject(state, message_id, None, &reason).await,
+    };
+    if !inbox::tenant_exists(pool, tenant).await? {
+        return reject(state, message_id, None, &format!("unknown tenant {tenant}")).await;
+    }
+    let mut tx = pool.begin().await?;
+    if !inbox::insert_message(&mut *tx, message_id, Some(tenant), "created", None).await? {
+        return Ok(Handled::AlreadySeen);
+    }
+    let created =
+        alerts::create_alert(&mut tx, tenant, &alert, &state.settings.alerts.thresholds()).await?;
+    let all_duplicates = !created.deliveries.is_empty()
+        && created
+            .deliveries
+            .iter()
+            .all(|d| d.status == NotificationStatus::Duplicate);
+    let outcome = if all_duplicates {
+        "duplicate"
+    } else {
+        "created"
+    };
+    inbox::set_message_alert(&mut *tx, message_id, created.alert_id, outcome).await?;
+    tx.commit().await?;
+    tracing::info!(%message_id, alert_id = %created.alert_id, outcome, "inbox message processed");
+    Ok(Handled::Created)
+}
+
+async fn reject(
+    state: &AppState,
+    message_id: &str,
+    tenant: Option<Uuid>,
+    reason: &str,
+) -> anyhow::Result<Handled> {
+    tracing::warn!(%message_id, reason, "rejecting poison message");
+    inbox::insert_message(&state.pool, message_id, tenant, "rejected", Some(reason)).await?;
+    Ok(Handled::Rejected)
+}

@@ -1,0 +1,461 @@
+//! Alerts, notifications, deliveries (the write side of the outbox), in-app
+//! inbox items, team expansion jobs, and the operators' delivery queries.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// Serialises fan-outs of one (tenant, event type, entity) — an optimisation
+/// only (DESIGN invariant 7): the unique key of `notifications` is the
+/// guarantee. A loser of the try does not skip its work: it waits for the
+/// winner's transaction to end, then inserts, and ON CONFLICT sorts out what the
+/// winner committed (or, if the winner rolled back, the loser writes it all).
+/// Returns true when it had to wait.
+pub async fn lock_alert_entity(conn: &mut PgConnection, lock_key: i64) -> sqlx::Result<bool> {
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(lock_key)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !got {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(lock_key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(!got)
+}
+
+/// Column-wise rows for `insert_notifications` (one element per notification).
+#[derive(Debug, Default)]
+pub struct NotificationColumns {
+    pub keys: Vec<String>,
+    pub readable_keys: Vec<String>,
+    pub recipients: Vec<String>,
+    pub channels: Vec<String>,
+}
+
+/// Inserts every notification in one statement and returns the keys that are
+/// new. A key missing from the result already existed: a duplicate, never an
+/// error (invariant 4).
+pub async fn insert_notifications(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert_id: Uuid,
+    event_type: &str,
+    entity_id: &str,
+    rows: &NotificationColumns,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "INSERT INTO notifications
+             (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)
+         SELECT $1, k, rk, $2, $3, $4, r, c
+           FROM unnest($5::text[], $6::text[], $7::text[], $8::text[]) AS t(k, rk, r, c)
+         ON CONFLICT (tenant_id, key) DO NOTHING
+         RETURNING key",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(event_type)
+    .bind(entity_id)
+    .bind(&rows.keys)
+    .bind(&rows.readable_keys)
+    .bind(&rows.recipients)
+    .bind(&rows.channels)
+    .fetch_all(conn)
+    .await
+}
+
+/// Column-wise rows for `insert_deliveries`.
+#[derive(Debug, Default)]
+pub struct DeliveryColumns {
+    pub keys: Vec<String>,
+    pub recipients: Vec<String>,
+    pub channels: Vec<String>,
+    pub endpoint_ids: Vec<Option<Uuid>>,
+    pub statuses: Vec<&'static str>,
+    pub errors: Vec<Option<String>>,
+}
+
+impl DeliveryColumns {
+    pub fn push(
+        &mut self,
+        key: &str,
+        recipient: &str,
+        channel: &str,
+        endpoint: Option<Uuid>,
+        status: &'static str,
+        error: Option<String>,
+    ) {
+        self.keys.push(key.to_owned());
+        self.recipients.push(recipient.to_owned());
+        self.channels.push(channel.to_owned());
+        self.endpoint_ids.push(endpoint);
+        self.statuses.push(status);
+        self.errors.push(error);
+    }
+}
+
+/// Outbox entries, written in the alert's transaction (invariant 6). `sent`
+/// rows (in-app, delivered by this very transaction) get their `sent_at`.
+pub async fn insert_deliveries(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert_id: Uuid,
+    rows: &DeliveryColumns,
+) -> sqlx::Result<u64> {
+    if rows.keys.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "INSERT INTO deliveries
+             (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
+              last_error, sent_at)
+         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
+                AS t(k, r, c, e, s, err)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(&rows.keys)
+    .bind(&rows.recipients)
+    .bind(&rows.channels)
+    .bind(&rows.endpoint_ids)
+    .bind(&rows.statuses)
+    .bind(&rows.errors)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The fields every in-app item of one alert shares.
+pub struct InboxItemCommon<'a> {
+    pub alert_id: Uuid,
+    pub event_type: &'a str,
+    pub entity_id: &'a str,
+    pub subject: Option<&'a str>,
+    pub payload: &'a serde_json::Value,
+}
+
+/// In-app alerts as feed items; `id` and `tx` take their defaults (the feed's
+/// position scheme, invariant 2).
+pub async fn insert_inbox_items(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    common: &InboxItemCommon<'_>,
+    recipients: &[String],
+    keys: &[String],
+) -> sqlx::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO inbox_items
+             (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
+         SELECT $1, r, k, $2, $3, $4, $5, $6
+           FROM unnest($7::text[], $8::text[]) AS t(r, k)
+         ON CONFLICT (tenant_id, notification_key) DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(common.alert_id)
+    .bind(common.event_type)
+    .bind(common.entity_id)
+    .bind(common.subject)
+    .bind(common.payload)
+    .bind(recipients)
+    .bind(keys)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Wakes the outbox workers when the surrounding transaction commits.
+pub async fn notify_outbox(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify('tidings_outbox', $1)")
+        .bind(tenant.to_string())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Wakes the team expansion workers when the surrounding transaction commits.
+pub async fn notify_expansion(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify('tidings_expansion', $1)")
+        .bind(tenant.to_string())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub struct NewAlertRow<'a> {
+    pub id: Uuid,
+    pub event_type: &'a str,
+    pub entity_id: &'a str,
+    pub subject: Option<&'a str>,
+    pub payload: &'a serde_json::Value,
+    pub channels: &'a [String],
+    pub team_id: Option<&'a str>,
+}
+
+pub async fn insert_alert(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert: &NewAlertRow<'_>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(tenant)
+    .bind(alert.id)
+    .bind(alert.event_type)
+    .bind(alert.entity_id)
+    .bind(alert.subject)
+    .bind(alert.payload)
+    .bind(alert.channels)
+    .bind(alert.team_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The alert that first created any of `keys`: what a full replay answers with.
+pub async fn find_original_alert_id(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    keys: &[String],
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT alert_id FROM notifications WHERE tenant_id = $1 AND key = ANY($2)
+         ORDER BY created_at, alert_id LIMIT 1",
+    )
+    .bind(tenant)
+    .bind(keys)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn count_team_members(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    team_id: &str,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM memberships WHERE tenant_id = $1 AND team_id = $2")
+        .bind(tenant)
+        .bind(team_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Members in user_id order after `after` (keyset), at most `limit`.
+pub async fn list_team_members(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    team_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "SELECT user_id FROM memberships
+          WHERE tenant_id = $1 AND team_id = $2 AND ($3::text IS NULL OR user_id > $3)
+          ORDER BY user_id LIMIT $4",
+    )
+    .bind(tenant)
+    .bind(team_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn insert_expansion(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert_id: Uuid,
+    team_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO alert_expansions (tenant_id, alert_id, team_id) VALUES ($1, $2, $3)")
+        .bind(tenant)
+        .bind(alert_id)
+        .bind(team_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// An unfinished expansion job, with what fan-out needs from its alert.
+#[derive(Debug, sqlx::FromRow)]
+pub struct ExpansionJob {
+    pub tenant_id: Uuid,
+    pub alert_id: Uuid,
+    pub team_id: String,
+    pub after_user_id: Option<String>,
+    pub event_type: String,
+    pub entity_id: String,
+    pub subject: Option<String>,
+    pub payload: serde_json::Value,
+    pub channels: Vec<String>,
+}
+
+/// Locks the oldest open job nobody else holds, for the rest of the caller's
+/// (short, database-only) transaction. Other workers skip it.
+pub async fn claim_expansion(conn: &mut PgConnection) -> sqlx::Result<Option<ExpansionJob>> {
+    sqlx::query_as(
+        "SELECT e.tenant_id, e.alert_id, e.team_id, e.after_user_id,
+                a.event_type, a.entity_id, a.subject, a.payload, a.channels
+           FROM alert_expansions e
+           JOIN alerts a ON a.tenant_id = e.tenant_id AND a.id = e.alert_id
+          WHERE NOT e.done
+          ORDER BY e.created_at
+          LIMIT 1
+          FOR UPDATE OF e SKIP LOCKED",
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Moves the job's cursor in the batch's own transaction: commit both or neither.
+pub async fn advance_expansion(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert_id: Uuid,
+    after_user_id: Option<&str>,
+    processed: i64,
+    done: bool,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE alert_expansions
+            SET after_user_id = COALESCE($3, after_user_id), expanded = expanded + $4, done = $5,
+                updated_at = now()
+          WHERE tenant_id = $1 AND alert_id = $2",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(after_user_id)
+    .bind(processed)
+    .bind(done)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct AlertRow {
+    pub id: Uuid,
+    pub event_type: String,
+    pub entity_id: String,
+    pub subject: Option<String>,
+    pub payload: serde_json::Value,
+    pub channels: Vec<String>,
+    pub team_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// NULL: no background expansion; otherwise whether it has finished.
+    pub expansion_done: Option<bool>,
+    pub expanded: Option<i64>,
+}
+
+pub async fn get_alert(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+) -> sqlx::Result<Option<AlertRow>> {
+    sqlx::query_as(
+        "SELECT a.id, a.event_type, a.entity_id, a.subject, a.payload, a.channels, a.team_id,
+                a.created_at, e.done AS expansion_done, e.expanded
+           FROM alerts a
+           LEFT JOIN alert_expansions e ON e.tenant_id = a.tenant_id AND e.alert_id = a.id
+          WHERE a.tenant_id = $1 AND a.id = $2",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .fetch_optional(db)
+    .await
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct DeliveryRow {
+    pub id: i64,
+    pub alert_id: Uuid,
+    pub recipient_id: String,
+    pub channel: String,
+    pub notification_key: String,
+    pub endpoint_id: Option<Uuid>,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+const DELIVERY_COLUMNS: &str =
+    "id, alert_id, recipient_id, channel, notification_key, endpoint_id, status, \
+     attempts, last_error, next_attempt_at, sent_at, created_at";
+
+pub async fn list_alert_deliveries(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+) -> sqlx::Result<Vec<DeliveryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE tenant_id = $1 AND alert_id = $2 ORDER BY id"
+    ))
+    .bind(tenant)
+    .bind(alert_id)
+    .fetch_all(db)
+    .await
+}
+
+/// A page of deliveries in id order after `after_id`, optionally of one status.
+pub async fn list_deliveries(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    status: Option<&str>,
+    after_id: Option<i64>,
+    limit: i64,
+) -> sqlx::Result<Vec<DeliveryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries
+          WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND id > $3
+          ORDER BY id LIMIT $4"
+    ))
+    .bind(tenant)
+    .bind(status)
+    .bind(after_id.unwrap_or(0))
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Locks one delivery for an operator's decision; None when it is not this tenant's.
+pub async fn lock_delivery(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<DeliveryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Operator re-queue: back to `pending`, due now, with a fresh attempt budget.
+pub async fn requeue_delivery(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    id: i64,
+) -> sqlx::Result<DeliveryRow> {
+    sqlx::query_as(&format!(
+        "UPDATE deliveries
+            SET status = 'pending', attempts = 0, next_attempt_at = now(), claimed_until = NULL
+          WHERE tenant_id = $1 AND id = $2
+          RETURNING {DELIVERY_COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}

@@ -1,0 +1,154 @@
+//! Idempotency-Key records (table `idempotency_keys`). The protocol is in
+//! `crate::idempotency`; these are its statements.
+
+use uuid::Uuid;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyRow {
+    pub fingerprint: Vec<u8>,
+    pub status_code: Option<i16>,
+    pub response_body: Option<Vec<u8>>,
+    /// Seconds until the in-flight lease expires; `<= 0` once it has.
+    pub lease_left_secs: f64,
+}
+
+/// Takes the key for a first request: a committed row with no response and a
+/// lease. False when the key is already there.
+pub async fn try_insert_key(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    path: &str,
+    key: &str,
+    fingerprint: &[u8],
+    owner: Uuid,
+    lease: std::time::Duration,
+) -> sqlx::Result<bool> {
+    let inserted: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO idempotency_keys (tenant_id, path, key, fingerprint, owner, locked_until)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+         ON CONFLICT DO NOTHING
+         RETURNING 1",
+    )
+    .bind(tenant)
+    .bind(path)
+    .bind(key)
+    .bind(fingerprint)
+    .bind(owner)
+    .bind(lease.as_secs_f64())
+    .fetch_optional(db)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+pub async fn get_key(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    path: &str,
+    key: &str,
+) -> sqlx::Result<Option<KeyRow>> {
+    sqlx::query_as(
+        "SELECT fingerprint, status_code, response_body,
+                COALESCE(EXTRACT(EPOCH FROM locked_until - now())::float8, 0) AS lease_left_secs
+           FROM idempotency_keys WHERE tenant_id = $1 AND path = $2 AND key = $3",
+    )
+    .bind(tenant)
+    .bind(path)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// A first request that crashed (or gave up) leaves an unanswered row whose lease
+/// expires; a retry with the same fingerprint takes it over.
+pub async fn take_over_expired_key(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    path: &str,
+    key: &str,
+    fingerprint: &[u8],
+    owner: Uuid,
+    lease: std::time::Duration,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE idempotency_keys
+            SET owner = $5, locked_until = now() + make_interval(secs => $6)
+          WHERE tenant_id = $1 AND path = $2 AND key = $3 AND fingerprint = $4
+            AND status_code IS NULL AND (locked_until IS NULL OR locked_until <= now())",
+    )
+    .bind(tenant)
+    .bind(path)
+    .bind(key)
+    .bind(fingerprint)
+    .bind(owner)
+    .bind(lease.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Saves the response in the caller's transaction (the one holding the
+/// request's writes). False when this request no longer owns the key: its lease
+/// expired and a retry took over, so this transaction must roll back.
+pub async fn save_response(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    path: &str,
+    key: &str,
+    owner: Uuid,
+    status_code: u16,
+    body: &[u8],
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE idempotency_keys
+            SET status_code = $5, response_body = $6, completed_at = now(), locked_until = NULL
+          WHERE tenant_id = $1 AND path = $2 AND key = $3 AND owner = $4 AND status_code IS NULL",
+    )
+    .bind(tenant)
+    .bind(path)
+    .bind(key)
+    .bind(owner)
+    .bind(status_code as i16)
+    .bind(body)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Gives the key back when the request failed without a response worth
+/// replaying, so the client may retry at once.
+pub async fn release_key(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    path: &str,
+    key: &str,
+    owner: Uuid,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "DELETE FROM idempotency_keys
+          WHERE tenant_id = $1 AND path = $2 AND key = $3 AND owner = $4 AND status_code IS NULL",
+    )
+    .bind(tenant)
+    .bind(path)
+    .bind(key)
+    .bind(owner)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Deletes keys older than `retention` that are answered or abandoned. Returns
+/// how many went.
+pub async fn purge_keys(
+    db: impl sqlx::PgExecutor<'_>,
+    retention: std::time::Duration,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM idempotency_keys
+          WHERE created_at < now() - make_interval(secs => $1)
+            AND (status_code IS NOT NULL OR locked_until IS NULL OR locked_until < now())",
+    )
+    .bind(retention.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

@@ -1,0 +1,48 @@
+//! The idempotent consumer's inbox (table `inbox_messages`, DESIGN invariant 8).
+
+use uuid::Uuid;
+
+/// Records a message id in the caller's transaction. False when it was already
+/// recorded: a redelivery or replay, which must change nothing. A concurrent
+/// consumer of the same id blocks here until the first one commits or rolls back.
+pub async fn insert_message(
+    db: impl sqlx::PgExecutor<'_>,
+    message_id: &str,
+    tenant: Option<Uuid>,
+    outcome: &str,
+    error: Option<&str>,
+) -> sqlx::Result<bool> {
+    let inserted: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO inbox_messages (message_id, tenant_id, outcome, error) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (message_id) DO NOTHING RETURNING 1",
+    )
+    .bind(message_id)
+    .bind(tenant)
+    .bind(outcome)
+    .bind(error)
+    .fetch_optional(db)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+pub async fn set_message_alert(
+    db: impl sqlx::PgExecutor<'_>,
+    message_id: &str,
+    alert_id: Uuid,
+    outcome: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE inbox_messages SET alert_id = $2, outcome = $3 WHERE message_id = $1")
+        .bind(message_id)
+        .bind(alert_id)
+        .bind(outcome)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn tenant_exists(db: impl sqlx::PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
+        .bind(tenant)
+        .fetch_one(db)
+        .await
+}

@@ -1,0 +1,80 @@
+//! Contact data of recipients (table `users`).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UserRow {
+    pub user_id: String,
+    pub email: Option<String>,
+    pub display_name: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// PUT semantics: the stored contact data becomes exactly what was sent.
+pub async fn upsert_user(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    user_id: &str,
+    email: Option<&str>,
+    display_name: Option<&str>,
+) -> sqlx::Result<UserRow> {
+    sqlx::query_as(
+        "INSERT INTO users (tenant_id, user_id, email, display_name) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant_id, user_id) DO UPDATE
+             SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, updated_at = now()
+         RETURNING user_id, email, display_name, created_at, updated_at",
+    )
+    .bind(tenant)
+    .bind(user_id)
+    .bind(email)
+    .bind(display_name)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn get_user(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    user_id: &str,
+) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(
+        "SELECT user_id, email, display_name, created_at, updated_at FROM users
+         WHERE tenant_id = $1 AND user_id = $2",
+    )
+    .bind(tenant)
+    .bind(user_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// True when a row was deleted.
+pub async fn delete_user(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    user_id: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query("DELETE FROM users WHERE tenant_id = $1 AND user_id = $2")
+        .bind(tenant)
+        .bind(user_id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Email addresses of those of `user_ids` that have one.
+pub async fn list_emails(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    user_ids: &[String],
+) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as(
+        "SELECT user_id, email FROM users
+         WHERE tenant_id = $1 AND user_id = ANY($2) AND email IS NOT NULL",
+    )
+    .bind(tenant)
+    .bind(user_ids)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,256 @@
+//! The NATS inbox (DESIGN invariant 8): alert requests consumed from JetStream
+//! are recorded by message id in the alert's own transaction and acked only
+//! after commit, so redelivery, duplicates, replays and a crash between commit
+//! and ack create nothing new. Needs a NATS server with JetStream
+//! (`TIDINGS_TEST_NATS_URL`, default nats://127.0.0.1:4222). Each test uses its
+//! own stream and subject.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream::Config as StreamConfig};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tidings_tests::{AppOptions, TestApp, TestDb};
+
+fn nats_url() -> String {
+    std::env::var("TIDINGS_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_string())
+}
+
+struct Bus {
+    js: jetstream::Context,
+    stream: String,
+    subject: String,
+}
+
+impl Bus {
+    /// A fresh stream whose duplicate window is short, so the test can get past
+    /// JetStream's own deduplication and exercise ours.
+    async fn new() -> Bus {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let client = async_nats::connect(nats_url())
+            .await
+            .expect("NATS is running");
+        let js = jetstream::new(client);
+        let (stream, subject) = (format!("TIDINGS_TEST_{id}"), format!("tidings.test.{id}"));
+        js.create_stream(StreamConfig {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: Duration::from_millis(200),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        Bus {
+            js,
+            stream,
+            subject,
+        }
+    }
+
+    fn env(&self, durable: &str) -> Vec<(String, String)> {
+        vec![
+            ("TIDINGS_NATS_URL".into(), nats_url()),
+            ("TIDINGS_NATS_STREAM".into(), self.stream.clone()),
+            ("TIDINGS_NATS_SUBJECT".into(), self.subject.clone()),
+            ("TIDINGS_NATS_DURABLE".into(), durable.into()),
+            ("TIDINGS_NATS_ACK_WAIT_SECS".into(), "2".into()),
+        ]
+    }
+
+    async fn publish(&self, body: &Value, msg_id: Option<&str>) {
+        let payload = serde_json::to_vec(body).unwrap().into();
+        let ack = match msg_id {
+            Some(id) => {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id);
+                self.js
+                    .publish_with_headers(self.subject.clone(), headers, payload)
+                    .await
+                    .unwrap()
+            }
+            None => self
+                .js
+                .publish(self.subject.clone(), payload)
+                .await
+                .unwrap(),
+        };
+        ack.await.unwrap();
+    }
+
+    /// (messages not yet delivered, delivered but not acked) for a durable consumer.
+    async fn pending(&self, durable: &str) -> (u64, usize) {
+        let stream = self.js.get_stream(&self.stream).await.unwrap();
+        let info = stream.consumer_info(durable).await.unwrap();
+        (info.num_pending, info.num_ack_pending)
+    }
+
+    async fn wait_all_acked(&self, durable: &str) {
+        for _ in 0..150 {
+            if let Ok(stream) = self.js.get_stream(&self.stream).await {
+                if let Ok(info) = stream.consumer_info(durable).await {
+                    if info.num_pending == 0 && info.num_ack_pending == 0 {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "consumer {durable} did not ack everything: {:?}",
+            self.pending(durable).await
+        );
+    }
+
+    async fn delete(&self) {
+        let _ = self.js.delete_stream(&self.stream).await;
+    }
+}
+
+async fn scalar(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+async fn wait_for(pool: &PgPool, sql: &str, want: i64) {
+    let mut got = -1;
+    for _ in 0..150 {
+        got = scalar(pool, sql).await;
+        if got == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{sql}: wanted {want}, got {got}");
+}
+
+fn alert_message(tenant: &str) -> Value {
+    json!({
+        "tenant_id": tenant,
+        "event_type": "invoice.overdue",
+        "entity_id": "inv-7",
+        "recipients": ["ann", "bob"],
+        "channels": ["in_app"],
+        "payload": {"amount_cents": 500}
+    })
+}
+
+#[tokio::test]
+async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let app = TestApp::spawn_on(
+        &db.url,
+        AppOptions {
+            env: bus.env("first"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let tenant = app.create_tenant().await;
+    let message = alert_message(&tenant.id);
+
+    // Three copies with one Nats-Msg-Id, spaced past JetStream's duplicate window
+    // so that the stream stores all three and only our inbox can tell.
+    for _ in 0..3 {
+        bus.publish(&message, Some("billing-run-1")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut stream = bus.js.get_stream(&bus.stream).await.unwrap();
+    assert_eq!(
+        stream.info().await.unwrap().state.messages,
+        3,
+        "JetStream stored all three copies"
+    );
+    bus.wait_all_acked("first").await;
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
+        1
+    );
+
+    // Poison: recorded with its reason and terminated, not redelivered forever.
+    bus.publish(&json!("not an alert"), None).await;
+    let mut unknown_tenant = alert_message(&uuid::Uuid::now_v7().to_string());
+    unknown_tenant["entity_id"] = json!("inv-8");
+    bus.publish(&unknown_tenant, None).await;
+    bus.wait_all_acked("first").await;
+    wait_for(
+        &pool,
+        "SELECT count(*) FROM inbox_messages WHERE outcome = 'rejected' AND error IS NOT NULL",
+        2,
+    )
+    .await;
+
+    // A replay of the whole stream by a new consumer (same message ids: Nats-Msg-Id,
+    // or stream:sequence) changes nothing.
+    drop(app);
+    let replayer = TestApp::spawn_on(
+        &db.url,
+        AppOptions {
+            env: bus.env("second"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    bus.wait_all_acked("second").await;
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
+        3
+    );
+    drop(replayer);
+    bus.delete().await;
+}
+
+#[tokio::test]
+async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_acked() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let mut env = bus.env("crashy");
+    env.push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
+    let mut app = TestApp::spawn_on(
+        &db.url,
+        AppOptions {
+            env,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let tenant = app.create_tenant().await;
+    bus.publish(&alert_message(&tenant.id), None).await;
+
+    // The alert commits, then the process aborts before acking.
+    wait_for(&pool, "SELECT count(*) FROM inbox_messages", 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.kill();
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
+    let (_, unacked) = bus.pending("crashy").await;
+    assert_eq!(unacked, 1, "the message was committed but never acked");
+
+    // After a restart JetStream redelivers it; the inbox recognises it and acks.
+    let restarted = TestApp::spawn_on(
+        &db.url,
+        AppOptions {
+            env: bus.env("crashy"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    bus.wait_all_acked("crashy").await;
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM deliveries").await, 2);
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
+        1
+    );
+    drop(restarted);
+    bus.delete().await;
+}
