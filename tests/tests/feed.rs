@@ -1187,3 +1187,57 @@ async fn a_removal_reaches_every_instance_within_a_second() {
     };
     assert!(shown, "instance two does not show the new team after 1 s");
 }
+
+/// Waits until feeds serve everything committed before this call.
+async fn until_all_served() {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&tidings_tests::admin_url())
+        .await
+        .expect("connect");
+    let now: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut conn)
+        .await
+        .expect("xid");
+    until_served(now).await;
+}
+
+/// In-app alerts (the alerts engineer's `inbox_items`) are feed items too: same
+/// positions, same watermarks, source `alert`.
+#[tokio::test]
+async fn in_app_alerts_are_served_in_the_feed() {
+    let f = Fixture::new().await;
+    let key = &f.tenant.api_key;
+    join(&f.app, key, "team", "ann").await;
+    let event = post_event(&f.app, key, "team", "comment").await;
+    let alert = json!({
+        "event_type": "invoice.overdue",
+        "entity_id": "inv-42",
+        "recipients": ["ann"],
+        "channels": ["in_app"],
+        "subject": "Invoice 42 is overdue",
+        "payload": {"amount_cents": 1200}
+    });
+    let resp = send(&f.app, Method::POST, "/v1/alerts", key, Some(alert)).await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    until_all_served().await;
+
+    let token = f.token("ann").await;
+    let page = feed(&f.app, &token, "").await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "{page}");
+    let newest = &items[0];
+    assert_eq!(newest["source"], "alert", "{page}");
+    assert_eq!(newest["type"], "invoice.overdue");
+    assert_eq!(newest["object_id"], "inv-42");
+    assert_eq!(newest["subject"], "Invoice 42 is overdue");
+    assert!(newest["team_id"].is_null());
+    assert_eq!(items[1]["id"], event["id"]);
+    assert_eq!(items[1]["source"], "event");
+    assert_eq!(page["unread_count"], 2);
+
+    let state = mark(&f.app, &token, "read", page["head"].as_str()).await;
+    assert_eq!(state["unread_count"], 0);
+    // Another user of the tenant does not get ann's alert.
+    let bob = f.token("bob").await;
+    assert_eq!(ids(&feed(&f.app, &bob, "").await), Vec::<i64>::new());
+}
