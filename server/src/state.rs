@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::auth::AuthCache;
+use crate::{auth::AuthCache, cache::Caches};
 
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
+    pub caches: Arc<Caches>,
 }
 
 /// Runtime settings derived from the command line.
@@ -39,6 +40,7 @@ impl AppState {
             pool,
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
+            caches: Arc::new(Caches::default()),
         }
     }
 

@@ -7,6 +7,11 @@ use crate::{shutdown::Shutdown, state::AppState};
 
 pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     let mut workers = vec![
+        tokio::spawn(crate::cache::run_listener(
+            state.pool.clone(),
+            state.caches.clone(),
+            shutdown.clone(),
+        )),
         tokio::spawn(crate::expansion::run(state.clone(), shutdown.clone())),
         tokio::spawn(crate::idempotency::run_purge(
             state.clone(),

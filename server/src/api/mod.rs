@@ -5,7 +5,10 @@ pub mod admin;
 pub mod alerts;
 mod body_limit;
 pub mod deliveries;
+pub mod events;
+pub mod feed;
 pub mod health;
+pub mod teams;
 pub mod user_tokens;
 pub mod users;
 pub mod webhook_endpoints;
@@ -23,6 +26,12 @@ pub enum ApiTags {
     Admin,
     /// Credentials for front ends.
     Auth,
+    /// Team memberships (API key): who sees a team's events.
+    Teams,
+    /// Activity events (API key): stored once per team.
+    Events,
+    /// A user's feed, badges and seen/read watermarks (user token).
+    Feed,
     /// Transactional alerts: fan-out on write, one notification per key.
     Alerts,
     /// The outbox seen by operators: delivery states, re-queueing.
@@ -46,6 +55,17 @@ fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
         user_tokens::UserTokensApi {
             state: state.clone(),
         },
+        (
+            teams::TeamsApi {
+                state: state.clone(),
+            },
+            events::EventsApi {
+                state: state.clone(),
+            },
+            feed::FeedApi {
+                state: state.clone(),
+            },
+        ),
         (
             alerts::AlertsApi {
                 state: state.clone(),

@@ -2,8 +2,11 @@
 //! named verb_noun that take an executor (pool or transaction) and the tenant.
 
 pub mod alerts;
+pub mod events;
+pub mod feed;
 pub mod idempotency;
 pub mod inbox;
+pub mod teams;
 pub mod tenants;
 pub mod users;
 pub mod webhook_endpoints;

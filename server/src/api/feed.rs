@@ -1,0 +1,446 @@
+//! A user's feed (user token): pages, polling, badges, seen/read watermarks.
+//! Positions, cursors and the watermark arithmetic are the core crate's — the
+//! code the browser runs as WebAssembly.
+
+use chrono::{DateTime, Utc};
+use poem_openapi::{
+    param::{Path, Query},
+    payload::Json,
+    Enum, Object, OpenApi,
+};
+use tidings_core::{classify, Position, ReadSet, Watermarks};
+
+use super::ApiTags;
+use crate::{
+    auth::{UserCtx, UserTokenAuth},
+    error::{ApiError, ApiResult},
+    state::AppState,
+    store::{
+        self,
+        feed::{Badges, FeedItem, FeedStatus, ItemReadError, Mark, PageFrom, Source},
+        teams::Membership,
+    },
+};
+
+pub struct FeedApi {
+    pub state: AppState,
+}
+
+const DEFAULT_LIMIT: u32 = 20;
+const MAX_LIMIT: u32 = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum ItemSource {
+    /// An activity event of one of the user's teams.
+    Event,
+    /// A transactional in-app alert addressed to the user.
+    Alert,
+}
+
+/// One feed item.
+#[derive(Debug, Object)]
+#[oai(example)]
+pub struct FeedItemOut {
+    /// Item id (unique across events and alerts); use it to mark one item read.
+    pub id: i64,
+    /// The item's position, for `before`, `after` and `up_to`.
+    pub cursor: String,
+    #[oai(rename = "type")]
+    pub item_type: String,
+    /// The event's team; null for alerts.
+    pub team_id: Option<String>,
+    pub actor_id: Option<String>,
+    /// The event's object, or the alert's entity.
+    pub object_id: Option<String>,
+    /// Alerts only: the alert's subject line.
+    #[oai(skip_serializing_if_is_none)]
+    pub subject: Option<String>,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    /// At or below the seen watermark, or read (reading implies seeing).
+    pub seen: bool,
+    /// At or below the read watermark, or marked read one by one.
+    pub read: bool,
+    pub source: ItemSource,
+}
+
+impl poem_openapi::types::Example for FeedItemOut {
+    fn example() -> Self {
+        FeedItemOut {
+            id: 1_306,
+            cursor: Position::new(7_415, 1_306).to_cursor(),
+            item_type: "comment.created".into(),
+            team_id: Some("design".into()),
+            actor_id: Some("alice".into()),
+            object_id: Some("doc-42".into()),
+            subject: None,
+            payload: serde_json::json!({"text": "Looks good to me", "doc_title": "Q3 plan"}),
+            created_at: DateTime::<Utc>::UNIX_EPOCH,
+            seen: true,
+            read: false,
+            source: ItemSource::Event,
+        }
+    }
+}
+
+/// A page of the feed, newest first.
+#[derive(Debug, Object)]
+#[oai(example)]
+pub struct FeedOut {
+    pub items: Vec<FeedItemOut>,
+    /// Pass as `before` for the next older page; null when there is none (and
+    /// always null on an `after` page).
+    pub next_before: Option<String>,
+    /// Poll with `after=head` for what is new, and send it as `up_to` to mark
+    /// what was shown. Without `after`: the newest item visible in the whole
+    /// feed. With `after`: the newest item of this page, or, when the page is
+    /// empty, the newest item of the feed. Null when the feed is empty.
+    pub head: Option<String>,
+    /// Unread items in the whole feed, exact up to 1,000 (then 1,000 and
+    /// `counts_capped`).
+    pub unread_count: u32,
+    /// Unseen items in the whole feed, likewise capped.
+    pub unseen_count: u32,
+    /// True when a count passed 1,000 (show "1000+").
+    pub counts_capped: bool,
+}
+
+impl poem_openapi::types::Example for FeedOut {
+    fn example() -> Self {
+        let item = <FeedItemOut as poem_openapi::types::Example>::example();
+        FeedOut {
+            head: Some(item.cursor.clone()),
+            next_before: Some(item.cursor.clone()),
+            items: vec![item],
+            unread_count: 3,
+            unseen_count: 1,
+            counts_capped: false,
+        }
+    }
+}
+
+/// Where to move a watermark to.
+#[derive(Debug, Object)]
+#[oai(deny_unknown_fields, example)]
+pub struct MarkIn {
+    /// The position the client last received (normally the `head` it was
+    /// given). Absent: the current head. A cursor beyond the head is clamped to
+    /// it; a cursor behind the watermark changes nothing.
+    pub up_to: Option<String>,
+}
+
+impl poem_openapi::types::Example for MarkIn {
+    fn example() -> Self {
+        MarkIn {
+            up_to: Some(Position::new(7_415, 1_306).to_cursor()),
+        }
+    }
+}
+
+/// The user's watermarks and fresh badge counts.
+#[derive(Debug, Object)]
+#[oai(example)]
+pub struct WatermarksOut {
+    /// Everything at or below is seen: the later of the seen and read
+    /// watermarks, since reading implies seeing. Null: nothing yet.
+    pub seen: Option<String>,
+    /// Everything at or below is read. Null: nothing yet.
+    pub read: Option<String>,
+    pub unread_count: u32,
+    pub unseen_count: u32,
+    /// True when a count passed 1,000.
+    pub counts_capped: bool,
+}
+
+impl poem_openapi::types::Example for WatermarksOut {
+    fn example() -> Self {
+        let at = Position::new(7_415, 1_306).to_cursor();
+        WatermarksOut {
+            seen: Some(at.clone()),
+            read: Some(at),
+            unread_count: 0,
+            unseen_count: 0,
+            counts_capped: false,
+        }
+    }
+}
+
+/// Badge counts.
+#[derive(Debug, Object)]
+#[oai(example)]
+pub struct CountsOut {
+    /// Items above the read watermark not read one by one; exact up to 1,000.
+    pub unread: u32,
+    /// Items above the seen watermark (or read watermark, if later) not read
+    /// one by one; exact up to 1,000.
+    pub unseen: u32,
+    /// True when a count passed 1,000: the count reads 1,000, show "1000+".
+    pub capped: bool,
+}
+
+impl poem_openapi::types::Example for CountsOut {
+    fn example() -> Self {
+        CountsOut {
+            unread: 12,
+            unseen: 3,
+            capped: false,
+        }
+    }
+}
+
+#[OpenApi(tag = "ApiTags::Feed")]
+impl FeedApi {
+    /// Read the feed, newest first.
+    ///
+    /// The feed holds the events of the user's teams positioned after their
+    /// join, and their in-app alerts. Items are ordered by position (the
+    /// writing transaction, then the item id) and served only once every
+    /// transaction that could still add an item below them has ended, so paging
+    /// with `before` and polling with `after` never skip an item.
+    ///
+    /// - no cursor: the newest `limit` items.
+    /// - `before`: the newest `limit` items older than the cursor (next page:
+    ///   `before=next_before`).
+    /// - `after`: the **oldest** `limit` items newer than the cursor, answered
+    ///   newest first; `head` is the newest of them, so polling with
+    ///   `after=head` until a page comes back with fewer than `limit` items
+    ///   visits every new item exactly once, however large the backlog.
+    #[oai(path = "/v1/feed", method = "get", operation_id = "feed.list")]
+    async fn list(
+        &self,
+        auth: UserTokenAuth,
+        /// Page size, 1–100 (default 20).
+        limit: Query<Option<u32>>,
+        /// Items older than this cursor (`next_before` of the previous page).
+        before: Query<Option<String>>,
+        /// Items newer than this cursor (`head` of the previous answer).
+        after: Query<Option<String>>,
+    ) -> ApiResult<Json<FeedOut>> {
+        let limit = limit.0.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ApiError::bad_request(
+                "invalid_limit",
+                format!("limit must be 1..={MAX_LIMIT}"),
+            ));
+        }
+        let from = match (before.0.as_deref(), after.0.as_deref()) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "conflicting_cursors",
+                    "pass either before or after, not both",
+                ))
+            }
+            (Some(b), None) => PageFrom::Before(Some(Position::from_cursor(b)?)),
+            (None, Some(a)) => PageFrom::After(Position::from_cursor(a)?),
+            (None, None) => PageFrom::Before(None),
+        };
+        let user = auth.0;
+        let teams = self.teams_of(&user).await?;
+        let page = store::feed::read_feed(
+            &self.state.pool,
+            user.tenant_id,
+            &user.user_id,
+            &teams,
+            from,
+            limit,
+        )
+        .await?;
+
+        let individually_read = ReadSet::try_from(
+            page.items
+                .iter()
+                .filter(|i| i.individually_read)
+                .map(|i| i.position)
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|err| ApiError::Internal(err.into()))?;
+        let head = match from {
+            PageFrom::After(_) => page.items.first().map(|i| i.position).or(page.head),
+            PageFrom::Before(_) => page.head,
+        };
+        let next_before = match from {
+            PageFrom::Before(_) if page.more => page.items.last().map(|i| i.position.to_cursor()),
+            _ => None,
+        };
+        Ok(Json(FeedOut {
+            items: page
+                .items
+                .into_iter()
+                .map(|item| item_out(item, &page.marks, &individually_read))
+                .collect(),
+            next_before,
+            head: head.map(|p| p.to_cursor()),
+            unread_count: page.badges.unread,
+            unseen_count: page.badges.unseen,
+            counts_capped: page.badges.capped,
+        }))
+    }
+
+    /// Badge counts: unread and unseen, exact up to 1,000.
+    #[oai(path = "/v1/feed/counts", method = "get", operation_id = "feed.counts")]
+    async fn counts(&self, auth: UserTokenAuth) -> ApiResult<Json<CountsOut>> {
+        let user = auth.0;
+        let teams = self.teams_of(&user).await?;
+        let status =
+            store::feed::read_status(&self.state.pool, user.tenant_id, &user.user_id, &teams)
+                .await?;
+        Ok(Json(CountsOut {
+            unread: status.badges.unread,
+            unseen: status.badges.unseen,
+            capped: status.badges.capped,
+        }))
+    }
+
+    /// Mark everything up to a position seen.
+    ///
+    /// The seen watermark moves to `up_to` (or the current head), clamped to
+    /// the head, and never moves back: a late or replayed request changes
+    /// nothing.
+    #[oai(
+        path = "/v1/feed/seen",
+        method = "post",
+        operation_id = "feed.mark_seen"
+    )]
+    async fn mark_seen(
+        &self,
+        auth: UserTokenAuth,
+        body: Json<MarkIn>,
+    ) -> ApiResult<Json<WatermarksOut>> {
+        self.mark(auth.0, Mark::Seen, body.0).await
+    }
+
+    /// Mark everything up to a position read.
+    ///
+    /// The read watermark moves to `up_to` (or the current head), clamped to
+    /// the head, and never moves back. Reading implies seeing: items at or
+    /// below the read watermark count as seen (the seen watermark itself is
+    /// left alone; the answer's `seen` is the later of the two).
+    #[oai(
+        path = "/v1/feed/read",
+        method = "post",
+        operation_id = "feed.mark_read"
+    )]
+    async fn mark_read(
+        &self,
+        auth: UserTokenAuth,
+        body: Json<MarkIn>,
+    ) -> ApiResult<Json<WatermarksOut>> {
+        self.mark(auth.0, Mark::Read, body.0).await
+    }
+
+    /// Mark one item read.
+    ///
+    /// For items above the read watermark. At most 1,000 items can be read one
+    /// by one above it (then 422 `too_many_individual_reads`: mark all read);
+    /// entries are dropped as the watermark passes them. 404 when the item is
+    /// not in this user's feed.
+    #[oai(
+        path = "/v1/feed/items/:id/read",
+        method = "post",
+        operation_id = "feed.items.mark_read"
+    )]
+    async fn mark_item_read(
+        &self,
+        auth: UserTokenAuth,
+        /// The item's `id`.
+        id: Path<i64>,
+    ) -> ApiResult<Json<WatermarksOut>> {
+        let user = auth.0;
+        let teams = self.teams_of(&user).await?;
+        let pool = &self.state.pool;
+        let not_found =
+            || ApiError::not_found("item_not_found", format!("no item {} in this feed", id.0));
+        let position = store::feed::find_item(pool, user.tenant_id, &user.user_id, &teams, id.0)
+            .await?
+            .ok_or_else(not_found)?;
+        store::feed::mark_item_read(pool, user.tenant_id, &user.user_id, position)
+            .await
+            .map_err(|err| match err {
+                ItemReadError::Full(full) => {
+                    ApiError::unprocessable("too_many_individual_reads", full.to_string())
+                }
+                ItemReadError::Db(db) => db.into(),
+            })?;
+        let status = store::feed::read_status(pool, user.tenant_id, &user.user_id, &teams).await?;
+        Ok(Json(watermarks_out(status)))
+    }
+}
+
+impl FeedApi {
+    async fn teams_of(&self, user: &UserCtx) -> ApiResult<std::sync::Arc<[Membership]>> {
+        Ok(self
+            .state
+            .caches
+            .memberships
+            .get(&self.state.pool, user.tenant_id, &user.user_id)
+            .await?)
+    }
+
+    async fn mark(
+        &self,
+        user: UserCtx,
+        mark: Mark,
+        body: MarkIn,
+    ) -> ApiResult<Json<WatermarksOut>> {
+        let proposed = body
+            .up_to
+            .as_deref()
+            .map(Position::from_cursor)
+            .transpose()?;
+        let teams = self.teams_of(&user).await?;
+        let status = store::feed::mark_up_to(
+            &self.state.pool,
+            user.tenant_id,
+            &user.user_id,
+            &teams,
+            mark,
+            proposed,
+        )
+        .await?;
+        Ok(Json(watermarks_out(status)))
+    }
+}
+
+fn item_out(item: FeedItem, marks: &Watermarks, individually_read: &ReadSet) -> FeedItemOut {
+    let state = classify(item.position, marks, individually_read);
+    FeedItemOut {
+        id: item.position.id,
+        cursor: item.position.to_cursor(),
+        item_type: item.item_type,
+        team_id: item.team_id,
+        actor_id: item.actor_id,
+        object_id: item.object_id,
+        subject: item.subject,
+        payload: item.payload,
+        created_at: item.created_at,
+        seen: state.seen,
+        read: state.read,
+        source: match item.source {
+            Source::Event => ItemSource::Event,
+            Source::Alert => ItemSource::Alert,
+        },
+    }
+}
+
+fn cursor_or_null(p: Position) -> Option<String> {
+    (p != Position::ORIGIN).then(|| p.to_cursor())
+}
+
+fn watermarks_out(status: FeedStatus) -> WatermarksOut {
+    let FeedStatus {
+        marks,
+        badges: Badges {
+            unread,
+            unseen,
+            capped,
+        },
+    } = status;
+    WatermarksOut {
+        seen: cursor_or_null(marks.effective_seen()),
+        read: cursor_or_null(marks.read),
+        unread_count: unread,
+        unseen_count: unseen,
+        counts_capped: capped,
+    }
+}

@@ -1,0 +1,668 @@
+//! A user's feed, computed at read time: the events of their teams after each
+//! join position, plus their in-app alerts (`inbox_items`), in (tx, id) order.
+//!
+//! **Visibility (DESIGN.md invariant 2).** Every statement here serves only rows
+//! with `tx < xmin`, where xmin is `pg_snapshot_xmin(pg_current_snapshot())` of
+//! that same statement. Every transaction below xmin has ended, and every
+//! transaction that ends later has a tx of at least xmin, so once a position has
+//! been served nothing can appear below it: a client that pages or polls from
+//! positions it was given never skips an item. The price is that a long-running
+//! writing transaction anywhere in the database holds back newer items (they are
+//! late, never lost).
+//!
+//! **Bounded work.** The user's teams come in as arrays (from the membership
+//! cache) and each team is read by one index range scan on
+//! `events (tenant_id, team_id, tx, id)` with a LIMIT, so a page reads at most
+//! `(teams + 1) × (limit + 1)` rows whatever the history; badge counts stop at
+//! [`tidings_core::BADGE_CAP`] + 1 per source.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Acquire, PgExecutor, PgPool, Postgres};
+use tidings_core::{Position, ReadSet, WatermarkError, Watermarks, BADGE_CAP};
+use uuid::Uuid;
+
+use super::teams::Membership;
+
+/// Where a feed item comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// An activity event of one of the user's teams (`events`).
+    Event,
+    /// A transactional in-app alert addressed to the user (`inbox_items`).
+    Alert,
+}
+
+#[derive(Debug, Clone)]
+pub struct FeedItem {
+    pub position: Position,
+    pub source: Source,
+    pub team_id: Option<String>,
+    pub item_type: String,
+    pub actor_id: Option<String>,
+    pub object_id: Option<String>,
+    pub subject: Option<String>,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    /// Read one by one (in `item_reads`), above the read watermark.
+    pub individually_read: bool,
+}
+
+/// Which way a page goes from its cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageFrom {
+    /// The newest items strictly below the position (`Position::MAX`-like: the top).
+    Before(Option<Position>),
+    /// The oldest items strictly above the position (polling).
+    After(Position),
+}
+
+/// Badge counts, exact up to `BADGE_CAP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Badges {
+    pub unread: u32,
+    pub unseen: u32,
+    /// True when either count passed the cap (and reads as the cap).
+    pub capped: bool,
+}
+
+impl Badges {
+    fn from_counts(unread: i64, unseen: i64) -> Self {
+        let cap = i64::from(BADGE_CAP);
+        let clamp = |n: i64| n.clamp(0, cap) as u32;
+        Badges {
+            unread: clamp(unread),
+            unseen: clamp(unseen),
+            capped: unread > cap || unseen > cap,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct FeedPage {
+    /// Newest first, at most the requested limit.
+    pub items: Vec<FeedItem>,
+    /// More items exist beyond this page in its direction.
+    pub more: bool,
+    /// The newest position visible in the whole feed, if any.
+    pub head: Option<Position>,
+    pub marks: Watermarks,
+    pub badges: Badges,
+}
+
+/// The watermarks and badges after a change, as answered to the client.
+#[derive(Debug, Clone, Copy)]
+pub struct FeedStatus {
+    pub marks: Watermarks,
+    pub badges: Badges,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    Seen,
+    Read,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ItemReadError {
+    #[error(transparent)]
+    Full(#[from] WatermarkError),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+// ---------------------------------------------------------------------------
+// SQL. Parameters shared by every statement: $1 tenant, $2 user, $3/$4/$5 the
+// user's teams as parallel arrays (team_id, joined_tx, joined_id).
+
+/// The snapshot bound, the user's teams and their watermarks (one row even when
+/// the user has none stored yet).
+const PRELUDE: &str = "
+snap AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+),
+teams AS MATERIALIZED (
+    SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
+),
+marks AS MATERIALIZED (
+    SELECT coalesce(s.seen_tx, 0) AS seen_tx, coalesce(s.seen_id, 0) AS seen_id,
+           coalesce(s.read_tx, 0) AS read_tx, coalesce(s.read_id, 0) AS read_id
+    FROM (SELECT 1) AS one
+    LEFT JOIN feed_state s ON s.tenant_id = $1 AND s.user_id = $2
+)";
+
+/// The newest visible position of the feed: the top of each team and of the
+/// user's alerts, one index probe each.
+const HEAD: &str = "
+head AS (
+    SELECT tx, id FROM (
+        (SELECT e.tx, e.id FROM teams t CROSS JOIN LATERAL (
+            SELECT e.tx, e.id FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+              AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
+              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+            ORDER BY e.tx DESC, e.id DESC
+            LIMIT 1
+        ) e)
+        UNION ALL
+        (SELECT i.tx, i.id FROM inbox_items i
+         WHERE i.tenant_id = $1 AND i.recipient_id = $2
+           AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+         ORDER BY i.tx DESC, i.id DESC
+         LIMIT 1)
+    ) tops
+    ORDER BY tx DESC, id DESC
+    LIMIT 1
+)";
+
+/// Badge counts. Reading implies seeing, so unseen counts from the later of the
+/// two watermarks; individually read items are neither unread nor unseen. Each
+/// team's lower bound is the later of its join position and the watermark, so
+/// every scan starts where counting starts. `$6` is the cap + 1.
+const COUNTS: &str = "
+floors AS MATERIALIZED (
+    SELECT read_tx, read_id,
+           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
+           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
+    FROM marks
+),
+team_floors AS MATERIALIZED (
+    SELECT t.team_id,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id
+    FROM teams t CROSS JOIN floors f
+),
+unread AS (
+    SELECT count(*) AS n FROM (
+        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
+            SELECT 1 FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
+              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
+              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND NOT EXISTS (SELECT 1 FROM item_reads r
+                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
+            LIMIT $6
+        ) e)
+        UNION ALL
+        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+            SELECT 1 FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > (f.read_tx, f.read_id)
+              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND NOT EXISTS (SELECT 1 FROM item_reads r
+                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
+            LIMIT $6
+        ) i)
+        LIMIT $6
+    ) c
+),
+unseen AS (
+    SELECT count(*) AS n FROM (
+        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
+            SELECT 1 FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
+              AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
+              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND NOT EXISTS (SELECT 1 FROM item_reads r
+                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
+            LIMIT $6
+        ) e)
+        UNION ALL
+        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+            SELECT 1 FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
+              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND NOT EXISTS (SELECT 1 FROM item_reads r
+                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
+            LIMIT $6
+        ) i)
+        LIMIT $6
+    ) c
+)";
+
+/// One page. `$7/$8` exclusive lower bound (after), `$9/$10` exclusive upper
+/// bound (before), `$11` limit + 1. Each team's lower bound is the later of its
+/// join position and the page's, and the upper bound the earlier of the cursor
+/// and the snapshot's xmin, so each scan is one index range with a LIMIT.
+fn page_cte(direction: &str) -> String {
+    format!(
+        "
+bounds AS MATERIALIZED (
+    SELECT CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN s.xmin ELSE $9 END AS hi_tx,
+           CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
+    FROM snap s
+),
+page_teams AS MATERIALIZED (
+    SELECT t.team_id,
+           CASE WHEN (t.joined_tx, t.joined_id) > ($7::bigint, $8::bigint) THEN t.joined_tx ELSE $7 END AS lo_tx,
+           CASE WHEN (t.joined_tx, t.joined_id) > ($7::bigint, $8::bigint) THEN t.joined_id ELSE $8 END AS lo_id
+    FROM teams t
+),
+page AS (
+    SELECT * FROM (
+        (SELECT e.* FROM page_teams pt CROSS JOIN bounds b CROSS JOIN LATERAL (
+            SELECT e.id, e.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
+                   e.payload, e.created_at, 'event'::text AS source
+            FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = pt.team_id
+              AND (e.tx, e.id) > (pt.lo_tx, pt.lo_id)
+              AND (e.tx, e.id) < (b.hi_tx, b.hi_id)
+            ORDER BY e.tx {direction}, e.id {direction}
+            LIMIT $11
+        ) e)
+        UNION ALL
+        -- LATERAL, so the bound is an index condition rather than a filter.
+        (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
+            SELECT i.id, i.tx, NULL::text, i.type, NULL::text, i.entity_id, i.subject,
+                   i.payload, i.created_at, 'alert'::text
+            FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > ($7::bigint, $8::bigint)
+              AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
+            ORDER BY i.tx {direction}, i.id {direction}
+            LIMIT $11
+        ) i)
+    ) merged
+    ORDER BY tx {direction}, id {direction}
+    LIMIT $11
+)"
+    )
+}
+
+fn feed_sql(direction: &str) -> String {
+    format!(
+        "WITH {PRELUDE}, {HEAD}, {COUNTS}, {page}
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+       h.tx AS head_tx, h.id AS head_id,
+       (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen,
+       p.id, p.tx, p.team_id, p.type, p.actor_id, p.object_id, p.subject, p.payload,
+       p.created_at, p.source,
+       EXISTS (SELECT 1 FROM item_reads r
+               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = p.id) AS individually_read
+FROM marks m
+LEFT JOIN head h ON true
+LEFT JOIN page p ON true
+ORDER BY p.tx {direction}, p.id {direction}",
+        page = page_cte(direction)
+    )
+}
+
+static FEED_NEWEST_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql("DESC"));
+static FEED_OLDEST_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql("ASC"));
+
+static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {PRELUDE}, {COUNTS}
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+       (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen
+FROM marks m"
+    )
+});
+
+static HEAD_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {PRELUDE}, {HEAD}
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, h.tx AS head_tx, h.id AS head_id
+FROM marks m LEFT JOIN head h ON true"
+    )
+});
+
+/// `$6` the item id: an event of one of the user's teams after the join, or an
+/// alert addressed to the user, visible to this snapshot.
+static FIND_ITEM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {PRELUDE}
+SELECT e.tx FROM events e JOIN teams t ON t.team_id = e.team_id
+WHERE e.tenant_id = $1 AND e.id = $6
+  AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
+  AND e.tx < (SELECT xmin FROM snap)
+UNION ALL
+SELECT i.tx FROM inbox_items i
+WHERE i.tenant_id = $1 AND i.id = $6 AND i.recipient_id = $2
+  AND i.tx < (SELECT xmin FROM snap)"
+    )
+});
+
+/// The SQL of a feed page, for EXPLAIN in measurements and tests.
+pub fn feed_page_sql(newest_first: bool) -> &'static str {
+    if newest_first {
+        &FEED_NEWEST_FIRST
+    } else {
+        &FEED_OLDEST_FIRST
+    }
+}
+
+/// The SQL of the badge counts, for EXPLAIN.
+pub fn counts_sql() -> &'static str {
+    &STATUS_SQL
+}
+
+// ---------------------------------------------------------------------------
+
+type TeamArrays = (Vec<String>, Vec<i64>, Vec<i64>);
+
+fn team_arrays(teams: &[Membership]) -> TeamArrays {
+    (
+        teams.iter().map(|m| m.team_id.clone()).collect(),
+        teams.iter().map(|m| m.joined.tx).collect(),
+        teams.iter().map(|m| m.joined.id).collect(),
+    )
+}
+
+#[derive(sqlx::FromRow)]
+struct PageRow {
+    seen_tx: i64,
+    seen_id: i64,
+    read_tx: i64,
+    read_id: i64,
+    head_tx: Option<i64>,
+    head_id: Option<i64>,
+    unread: i64,
+    unseen: i64,
+    id: Option<i64>,
+    tx: Option<i64>,
+    team_id: Option<String>,
+    #[sqlx(rename = "type")]
+    item_type: Option<String>,
+    actor_id: Option<String>,
+    object_id: Option<String>,
+    subject: Option<String>,
+    payload: Option<serde_json::Value>,
+    created_at: Option<DateTime<Utc>>,
+    source: Option<String>,
+    individually_read: bool,
+}
+
+fn marks_of(seen_tx: i64, seen_id: i64, read_tx: i64, read_id: i64) -> Watermarks {
+    Watermarks {
+        seen: Position::new(seen_tx, seen_id),
+        read: Position::new(read_tx, read_id),
+    }
+}
+
+fn head_of(tx: Option<i64>, id: Option<i64>) -> Option<Position> {
+    Some(Position::new(tx?, id?))
+}
+
+/// One page of the feed with its head, watermarks and badges, all from one
+/// statement and so one snapshot. `limit` is 1..=100 (checked by the caller).
+pub async fn read_feed(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    from: PageFrom,
+    limit: u32,
+) -> Result<FeedPage, sqlx::Error> {
+    let (after, before, sql) = match from {
+        PageFrom::Before(before) => (
+            Position::ORIGIN,
+            before.unwrap_or(Position::new(i64::MAX, i64::MAX)),
+            feed_page_sql(true),
+        ),
+        PageFrom::After(after) => (
+            after,
+            Position::new(i64::MAX, i64::MAX),
+            feed_page_sql(false),
+        ),
+    };
+    let (team_ids, joined_tx, joined_id) = team_arrays(teams);
+    let rows: Vec<PageRow> = sqlx::query_as(sql)
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(&team_ids)
+        .bind(&joined_tx)
+        .bind(&joined_id)
+        .bind(i64::from(BADGE_CAP) + 1)
+        .bind(after.tx)
+        .bind(after.id)
+        .bind(before.tx)
+        .bind(before.id)
+        .bind(i64::from(limit) + 1)
+        .fetch_all(db)
+        .await?;
+    let first = rows
+        .first()
+        .ok_or_else(|| sqlx::Error::Protocol("feed query returned no row".into()))?;
+    let marks = marks_of(first.seen_tx, first.seen_id, first.read_tx, first.read_id);
+    let head = head_of(first.head_tx, first.head_id);
+    let badges = Badges::from_counts(first.unread, first.unseen);
+
+    let mut items = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (Some(id), Some(tx), Some(item_type), Some(payload), Some(created_at), Some(source)) = (
+            row.id,
+            row.tx,
+            row.item_type,
+            row.payload,
+            row.created_at,
+            row.source,
+        ) else {
+            continue; // the one all-NULL row of an empty page
+        };
+        items.push(FeedItem {
+            position: Position::new(tx, id),
+            source: if source == "alert" {
+                Source::Alert
+            } else {
+                Source::Event
+            },
+            team_id: row.team_id,
+            item_type,
+            actor_id: row.actor_id,
+            object_id: row.object_id,
+            subject: row.subject,
+            payload,
+            created_at,
+            individually_read: row.individually_read,
+        });
+    }
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    if matches!(from, PageFrom::After(_)) {
+        items.reverse();
+    }
+    Ok(FeedPage {
+        items,
+        more,
+        head,
+        marks,
+        badges,
+    })
+}
+
+/// The user's watermarks and badge counts.
+pub async fn read_status(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+) -> Result<FeedStatus, sqlx::Error> {
+    let (team_ids, joined_tx, joined_id) = team_arrays(teams);
+    let (seen_tx, seen_id, read_tx, read_id, unread, unseen): (i64, i64, i64, i64, i64, i64) =
+        sqlx::query_as(&STATUS_SQL)
+            .bind(tenant_id)
+            .bind(user_id)
+            .bind(&team_ids)
+            .bind(&joined_tx)
+            .bind(&joined_id)
+            .bind(i64::from(BADGE_CAP) + 1)
+            .fetch_one(db)
+            .await?;
+    Ok(FeedStatus {
+        marks: marks_of(seen_tx, seen_id, read_tx, read_id),
+        badges: Badges::from_counts(unread, unseen),
+    })
+}
+
+/// The user's watermarks and the feed's current head.
+pub async fn read_head(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+) -> Result<(Watermarks, Option<Position>), sqlx::Error> {
+    let (team_ids, joined_tx, joined_id) = team_arrays(teams);
+    let (seen_tx, seen_id, read_tx, read_id, head_tx, head_id): (
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<i64>,
+    ) = sqlx::query_as(&HEAD_SQL)
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(&team_ids)
+        .bind(&joined_tx)
+        .bind(&joined_id)
+        .fetch_one(db)
+        .await?;
+    Ok((
+        marks_of(seen_tx, seen_id, read_tx, read_id),
+        head_of(head_tx, head_id),
+    ))
+}
+
+/// Moves one watermark forward to `target`, never back: the upsert's WHERE
+/// compares row values, so of concurrent or replayed calls the highest wins
+/// whatever the order they commit in. Advancing `read` also drops the
+/// individually read items it now covers.
+pub async fn advance_mark(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    mark: Mark,
+    target: Position,
+) -> Result<(), sqlx::Error> {
+    let sql = match mark {
+        Mark::Seen => {
+            "INSERT INTO feed_state AS s (tenant_id, user_id, seen_tx, seen_id) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant_id, user_id) DO UPDATE
+                SET seen_tx = EXCLUDED.seen_tx, seen_id = EXCLUDED.seen_id, updated_at = now()
+                WHERE (s.seen_tx, s.seen_id) < (EXCLUDED.seen_tx, EXCLUDED.seen_id)"
+        }
+        Mark::Read => {
+            "WITH moved AS (
+                INSERT INTO feed_state AS s (tenant_id, user_id, read_tx, read_id) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (tenant_id, user_id) DO UPDATE
+                   SET read_tx = EXCLUDED.read_tx, read_id = EXCLUDED.read_id, updated_at = now()
+                   WHERE (s.read_tx, s.read_id) < (EXCLUDED.read_tx, EXCLUDED.read_id)
+                RETURNING s.read_tx, s.read_id
+             )
+             DELETE FROM item_reads r USING moved m
+             WHERE r.tenant_id = $1 AND r.user_id = $2 AND (r.tx, r.item_id) <= (m.read_tx, m.read_id)"
+        }
+    };
+    sqlx::query(sql)
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(target.tx)
+        .bind(target.id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The position of item `item_id` if it is in the user's feed (and visible).
+pub async fn find_item(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    item_id: i64,
+) -> Result<Option<Position>, sqlx::Error> {
+    let (team_ids, joined_tx, joined_id) = team_arrays(teams);
+    let tx: Option<i64> = sqlx::query_scalar(&FIND_ITEM_SQL)
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(&team_ids)
+        .bind(&joined_tx)
+        .bind(&joined_id)
+        .bind(item_id)
+        .fetch_optional(db)
+        .await?;
+    Ok(tx.map(|tx| Position::new(tx, item_id)))
+}
+
+/// Marks one item read. Items at or below the read watermark already are; above
+/// it the item joins the user's bounded set of individually read items, which
+/// refuses (rather than forgets) past `MAX_INDIVIDUAL_READS`. The user's
+/// `feed_state` row is locked so concurrent calls cannot overfill the set.
+pub async fn mark_item_read<'c>(
+    db: impl Acquire<'c, Database = Postgres>,
+    tenant_id: Uuid,
+    user_id: &str,
+    item: Position,
+) -> Result<(), ItemReadError> {
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "INSERT INTO feed_state (tenant_id, user_id) VALUES ($1, $2)
+         ON CONFLICT (tenant_id, user_id) DO NOTHING",
+    )
+    .bind(tenant_id)
+    .bind(user_id)
+    .execute(&mut *tx)
+    .await?;
+    let (read_tx, read_id): (i64, i64) = sqlx::query_as(
+        "SELECT read_tx, read_id FROM feed_state WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
+    )
+    .bind(tenant_id)
+    .bind(user_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if item <= Position::new(read_tx, read_id) {
+        return Ok(());
+    }
+    let reads: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT tx, item_id FROM item_reads WHERE tenant_id = $1 AND user_id = $2")
+            .bind(tenant_id)
+            .bind(user_id)
+            .fetch_all(&mut *tx)
+            .await?;
+    let mut set = ReadSet::new();
+    for (tx, id) in reads {
+        set.insert(Position::new(tx, id))?;
+    }
+    if set.insert(item)? {
+        sqlx::query(
+            "INSERT INTO item_reads (tenant_id, user_id, item_id, tx) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(item.id)
+        .bind(item.tx)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Convenience for handlers: advance `mark` to `proposed` (or the head) clamped
+/// to the head, then answer the fresh status.
+pub async fn mark_up_to(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    mark: Mark,
+    proposed: Option<Position>,
+) -> Result<FeedStatus, sqlx::Error> {
+    let (marks, head) = read_head(pool, tenant_id, user_id, teams).await?;
+    let head = head.unwrap_or(Position::ORIGIN);
+    let current = match mark {
+        Mark::Seen => marks.seen,
+        Mark::Read => marks.read,
+    };
+    // The core's rule, shared with the browser: max(current, min(proposed, head)).
+    let target = tidings_core::advance(current, proposed.unwrap_or(head), head);
+    if target > current {
+        advance_mark(pool, tenant_id, user_id, mark, target).await?;
+    }
+    read_status(pool, tenant_id, user_id, teams).await
+}
