@@ -39,16 +39,20 @@ struct Args {
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
-    #[arg(long, env = "BENCH_DATABASE_URL")]
+    #[arg(
+        long,
+        env = "BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:55433/postgres"
+    )]
     pg_url: String,
     /// The `tidings` binary to benchmark.
-    #[arg(long)]
+    #[arg(long, default_value = "target/release/tidings")]
     tidings_bin: PathBuf,
     /// Repository root (bench/sql, server sources for the SQL sync check).
     #[arg(long, default_value = ".")]
     repo: PathBuf,
     /// Where results go (tier M: bench/results; tier S: target/bench).
-    #[arg(long)]
+    #[arg(long, default_value = "target/bench")]
     out_dir: PathBuf,
     /// Also rewrite the summary section of this README (tier M).
     #[arg(long)]
@@ -64,6 +68,10 @@ struct Args {
     wrk: PathBuf,
     #[arg(long, default_value = "pgbench")]
     pgbench: PathBuf,
+    /// Rewrite the bench/sql files built by server functions (`-- source-fn:`)
+    /// from the current server code, then exit.
+    #[arg(long)]
+    sync_sql: bool,
 }
 
 #[tokio::main]
@@ -90,6 +98,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         );
     }
     let repo = std::fs::canonicalize(&args.repo)?;
+    if args.sync_sql {
+        for entry in std::fs::read_dir(sqlfile::sql_dir(&repo))? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("sql")
+                && sqlfile::rewrite_from_server(&path)?
+            {
+                eprintln!("rewrote {}", path.display());
+            }
+        }
+        return Ok(true);
+    }
     let out_dir = repo.join(&args.out_dir);
     let work_dir = repo.join("target/bench/work");
     std::fs::create_dir_all(&out_dir)?;

@@ -176,8 +176,15 @@ pub async fn seed(pool: &PgPool, tier: &Tier) -> anyhow::Result<Seeded> {
 
     let analyze_started = Instant::now();
     eprintln!("  VACUUM ANALYZE");
-    pool.execute("VACUUM (ANALYZE) events; VACUUM (ANALYZE) memberships; ANALYZE")
-        .await?;
+    // One statement per call: VACUUM cannot run in the implicit transaction of
+    // a multi-statement query.
+    for stmt in [
+        "VACUUM (ANALYZE) events",
+        "VACUUM (ANALYZE) memberships",
+        "ANALYZE",
+    ] {
+        pool.execute(stmt).await?;
+    }
     let analyze_secs = analyze_started.elapsed().as_secs_f64();
 
     let (m_count, m_min, m_avg, m_max): (i64, i64, f64, i64) = sqlx::query_as(
@@ -301,6 +308,11 @@ async fn seed_events(pool: &PgPool, tier: &Tier) -> anyhow::Result<f64> {
                 .execute(&mut *conn)
                 .await?;
                 pb.inc((hi - lo + 1) as u64);
+                // Without a terminal the bar is hidden: log every ~10% instead.
+                let step = (total / 10).max(1);
+                if pb.is_hidden() && (hi + 1) / step != lo / step {
+                    eprintln!("  events {}/{total}", pb.position());
+                }
             }
             anyhow::Ok(())
         }));

@@ -11,6 +11,9 @@ pub struct SqlFile {
     pub path: PathBuf,
     /// `-- source: server/src/…` lines: files that must contain every statement.
     pub sources: Vec<String>,
+    /// `-- source-fn: NAME`: the statement is built at run time by the server
+    /// function NAME (see `server_sql`) and must equal its result.
+    pub source_fns: Vec<String>,
     /// Statements without comments, each ending with `;`.
     pub statements: Vec<String>,
 }
@@ -24,15 +27,20 @@ impl SqlFile {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut sources = vec![];
+        let mut source_fns = vec![];
         let mut body = String::new();
+        let mut in_header = true;
         for line in text.lines() {
             let trimmed = line.trim_start();
             if let Some(src) = trimmed.strip_prefix("-- source:") {
                 sources.push(src.trim().to_string());
-            } else if trimmed.starts_with("--") {
+            } else if let Some(f) = trimmed.strip_prefix("-- source-fn:") {
+                source_fns.push(f.trim().to_string());
+            } else if in_header && trimmed.starts_with("--") {
                 continue;
             } else {
-                body.push_str(line);
+                in_header = false;
+                body.push_str(&strip_comment(line));
                 body.push('\n');
             }
         }
@@ -45,6 +53,7 @@ impl SqlFile {
         Ok(SqlFile {
             path: path.to_path_buf(),
             sources,
+            source_fns,
             statements,
         })
     }
@@ -78,6 +87,24 @@ impl SqlFile {
 
     /// Statements missing from their sources (whitespace-insensitive).
     pub fn drift(&self, repo: &Path) -> anyhow::Result<Vec<String>> {
+        if !self.source_fns.is_empty() {
+            let expected: Vec<String> = self
+                .source_fns
+                .iter()
+                .map(|f| {
+                    server_sql(f).map(|s| {
+                        let lines: Vec<String> = s.lines().map(strip_comment).collect();
+                        collapse(lines.join("\n").trim_end_matches(';'))
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?;
+            return Ok(self
+                .statements
+                .iter()
+                .filter(|s| !expected.contains(&collapse(s.trim_end_matches(';'))))
+                .cloned()
+                .collect());
+        }
         let mut haystack = String::new();
         for src in &self.sources {
             let text = std::fs::read_to_string(repo.join(src))
@@ -91,6 +118,48 @@ impl SqlFile {
             .filter(|s| !haystack.contains(collapse(s.trim_end_matches(';')).as_str()))
             .cloned()
             .collect())
+    }
+}
+
+/// Statements the server composes at run time, by the name bench/sql files
+/// use on their `-- source-fn:` line.
+pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
+    use tidings_server::store::feed;
+    Ok(match name {
+        "tidings_server::store::feed::feed_page_sql(true)" => feed::feed_page_sql(true),
+        "tidings_server::store::feed::counts_sql()" => feed::counts_sql(),
+        other => anyhow::bail!("unknown source-fn {other}"),
+    })
+}
+
+/// Rewrites a bench/sql file whose statement comes from a server function,
+/// keeping its comments: `tidings-bench --sync-sql` after a server change.
+pub fn rewrite_from_server(path: &Path) -> anyhow::Result<bool> {
+    let file = SqlFile::load(path)?;
+    let [name] = file.source_fns.as_slice() else {
+        return Ok(false);
+    };
+    let text = std::fs::read_to_string(path)?;
+    let comments: String = text
+        .lines()
+        .take_while(|l| l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(
+        path,
+        format!(
+            "{comments}{};\n",
+            server_sql(name)?.trim().trim_end_matches(';')
+        ),
+    )?;
+    Ok(true)
+}
+
+/// A line without its `-- comment` (the statements hold no `--` in literals).
+fn strip_comment(line: &str) -> String {
+    match line.find("--") {
+        Some(at) => line[..at].to_string(),
+        None => line.to_string(),
     }
 }
 
@@ -156,8 +225,8 @@ mod tests {
             }
             let file = SqlFile::load(&path).expect("loads");
             assert!(
-                !file.sources.is_empty(),
-                "{} has no `-- source:` line",
+                !file.sources.is_empty() || !file.source_fns.is_empty(),
+                "{} has no `-- source:` or `-- source-fn:` line",
                 path.display()
             );
             assert!(!file.statements.is_empty(), "{} is empty", path.display());

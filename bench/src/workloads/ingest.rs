@@ -28,8 +28,6 @@ use crate::{
 const TENANT: i64 = 1;
 const CHANNELS: [&str; 2] = ["in_app", "webhook"];
 const EVENT_TYPE: &str = "invoice.overdue";
-/// Alerts created before a measurement, for replays to hit.
-const PRIMED: usize = 64;
 
 fn body(entity: &str, recipients: usize) -> String {
     let recipients: Vec<String> = (1..=recipients).map(|i| format!("user-{i}")).collect();
@@ -72,7 +70,7 @@ function request()
   counter = counter + 1
   local entity
   if (counter % 100) < {replay_pct} then
-    entity = "primed-{recipients}-" .. ((counter * 7919 + (tid or 0)) % {PRIMED})
+    entity = "primed-{recipients}-" .. ((counter * 7919 + (tid or 0)) % {primed})
   else
     entity = "{run_id}-" .. (tid or 0) .. "-" .. counter
   end
@@ -85,6 +83,7 @@ end
 {WRK_DONE_LUA}
 "#,
         key = api_key(TENANT),
+        primed = ctx.tier.primed_alerts,
         idempotency = if idempotency { "true" } else { "false" },
     );
     let path = ctx.work_dir.join(format!("{name}.lua"));
@@ -135,7 +134,7 @@ async fn count_deliveries(ctx: &Ctx) -> anyhow::Result<i64> {
 }
 
 async fn prime(ctx: &Ctx, recipients: usize) -> anyhow::Result<()> {
-    for k in 0..PRIMED {
+    for k in 0..ctx.tier.primed_alerts {
         let entity = format!("primed-{recipients}-{k}");
         let resp = ctx
             .http
