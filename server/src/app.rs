@@ -20,7 +20,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
-    let state = AppState::new(pool, Settings { max_body_bytes: args.max_body_bytes });
+    let outbox = crate::outbox::OutboxConfig::from_args(&args.worker)?;
+    let state = AppState::new(
+        pool,
+        Settings {
+            max_body_bytes: args.max_body_bytes,
+            outbox,
+        },
+    );
 
     let (trigger, shutdown) = shutdown::channel();
     let workers = crate::workers::spawn_all(&state, &shutdown);

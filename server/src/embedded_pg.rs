@@ -40,6 +40,12 @@ impl EmbeddedPostgres {
     /// Initialises `root/pg` when needed, starts PostgreSQL and waits until it accepts
     /// connections. The returned URL points at database `postgres` as superuser `postgres`.
     pub fn start(root: &Path) -> anyhow::Result<Self> {
+        Self::start_on_port(root, free_port()?)
+    }
+
+    /// Like [`EmbeddedPostgres::start`], on a given port: a server stopped and
+    /// started again on the same port keeps its URL (tests restart it under load).
+    pub fn start_on_port(root: &Path, port: u16) -> anyhow::Result<Self> {
         let bin_dir = find_bin_dir().ok_or_else(|| anyhow!(INSTALL_HINT))?;
         fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
         let root = root.canonicalize()?;
@@ -51,9 +57,11 @@ impl EmbeddedPostgres {
             init_data_dir(&bin_dir, &data_dir, run_as.as_ref())?;
         }
 
-        let port = free_port()?;
         let log_path = root.join("postgres.log");
-        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
         if let Some(user) = &run_as {
             nix::unistd::chown(&log_path, Some(user.uid), Some(user.gid))?;
         }
@@ -73,7 +81,11 @@ impl EmbeddedPostgres {
             .with_context(|| format!("starting {}", bin_dir.join("postgres").display()))?;
         tracing::info!(data_dir = %data_dir.display(), port, log = %log_path.display(), "embedded PostgreSQL starting");
 
-        let mut pg = EmbeddedPostgres { child: Some(child), data_dir, port };
+        let mut pg = EmbeddedPostgres {
+            child: Some(child),
+            data_dir,
+            port,
+        };
         pg.wait_until_accepting(Duration::from_secs(60), &log_path)?;
         Ok(pg)
     }
@@ -116,7 +128,9 @@ impl EmbeddedPostgres {
 
     /// Fast shutdown: disconnect clients, checkpoint, exit. Waits up to 30 s.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pid = Pid::from_raw(child.id() as i32);
         if kill(pid, Signal::SIGINT).is_err() {
             return;
@@ -153,7 +167,12 @@ fn find_bin_dir() -> Option<PathBuf> {
         }
     }
     let mut candidates: Vec<PathBuf> = Vec::new();
-    for prefix in ["/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql"] {
+    for prefix in [
+        "/usr/lib/postgresql",
+        "/usr/local/pgsql",
+        "/opt/homebrew/opt",
+        "/usr/pgsql",
+    ] {
         if let Ok(entries) = fs::read_dir(prefix) {
             for entry in entries.flatten() {
                 candidates.push(entry.path().join("bin"));
@@ -184,7 +203,9 @@ fn unprivileged_user() -> anyhow::Result<Option<User>> {
             return Ok(Some(user));
         }
     }
-    bail!("running as root and no unprivileged account (postgres, nobody) exists to run PostgreSQL");
+    bail!(
+        "running as root and no unprivileged account (postgres, nobody) exists to run PostgreSQL"
+    );
 }
 
 fn apply_user(cmd: &mut Command, user: Option<&User>) {
@@ -203,7 +224,15 @@ fn init_data_dir(bin_dir: &Path, data_dir: &Path, run_as: Option<&User>) -> anyh
     let mut cmd = Command::new(bin_dir.join("initdb"));
     cmd.arg("-D")
         .arg(data_dir)
-        .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        .args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
         .stdin(Stdio::null());
     apply_user(&mut cmd, run_as);
     tracing::info!(data_dir = %data_dir.display(), "initialising embedded PostgreSQL");
@@ -247,8 +276,16 @@ fn chown_tree(dir: &Path, user: &User) -> anyhow::Result<()> {
 /// A previous Tidings killed with SIGKILL leaves its PostgreSQL running. Stop it
 /// so that this run starts its own on a port it knows.
 fn stop_stale_postmaster(data_dir: &Path) {
-    let Ok(pid_file) = fs::read_to_string(data_dir.join("postmaster.pid")) else { return };
-    let Some(pid) = pid_file.lines().next().and_then(|l| l.trim().parse::<i32>().ok()) else { return };
+    let Ok(pid_file) = fs::read_to_string(data_dir.join("postmaster.pid")) else {
+        return;
+    };
+    let Some(pid) = pid_file
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
     let pid = Pid::from_raw(pid);
     if kill(pid, None).is_err() {
         return; // not running; PostgreSQL removes a stale pid file itself
@@ -261,7 +298,8 @@ fn stop_stale_postmaster(data_dir: &Path) {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A port nothing listens on right now (the OS picks it).
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }

@@ -3,11 +3,13 @@
 
 pub mod api;
 pub mod app;
+pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod embedded_pg;
 pub mod error;
+pub mod outbox;
 pub mod shutdown;
 pub mod state;
 pub mod telemetry;

@@ -14,17 +14,24 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_body_bytes: usize,
+    pub outbox: crate::outbox::OutboxConfig,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_body_bytes: 64 * 1024 }
+        Settings {
+            max_body_bytes: 64 * 1024,
+            outbox: Default::default(),
+        }
     }
 }
 
 impl AppState {
     pub fn new(pool: PgPool, settings: Settings) -> Self {
-        AppState { pool, settings: Arc::new(settings) }
+        AppState {
+            pool,
+            settings: Arc::new(settings),
+        }
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.

@@ -5,6 +5,8 @@ use tokio::task::JoinHandle;
 
 use crate::{shutdown::Shutdown, state::AppState};
 
-pub fn spawn_all(_state: &AppState, _shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
-    Vec::new()
+pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
+    let mut handles = Vec::new();
+    handles.extend(crate::outbox::spawn(state, shutdown));
+    handles
 }

@@ -27,7 +27,10 @@ pub fn tidings_bin() -> PathBuf {
         return PathBuf::from(bin);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
     let bin = profile_dir.join("tidings");
     assert!(
         bin.exists(),
@@ -47,15 +50,22 @@ impl TestDb {
     pub async fn create() -> anyhow::Result<Self> {
         let admin = admin_url();
         let name = format!("tidings_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.context("connecting to the test PostgreSQL")?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .context("connecting to the test PostgreSQL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await?;
         conn.close().await.ok();
         let url = replace_database(&admin, &name);
         Ok(TestDb { name, url })
     }
 
     pub async fn pool(&self) -> anyhow::Result<PgPool> {
-        Ok(PgPoolOptions::new().max_connections(8).connect(&self.url).await?)
+        Ok(PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&self.url)
+            .await?)
     }
 }
 
@@ -65,7 +75,10 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs inside the test's runtime; use a thread with its own runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async {
                 let mut conn = PgConnection::connect(&admin).await.ok()?;
                 sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -110,18 +123,28 @@ impl TestApp {
     }
 
     pub async fn spawn_on(database_url: &str, opts: AppOptions) -> anyhow::Result<TestApp> {
-        let stderr_log = std::env::temp_dir().join(format!("tidings-test-{}.log", uuid::Uuid::new_v4().simple()));
+        let stderr_log = std::env::temp_dir().join(format!(
+            "tidings-test-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
         let mut cmd = Command::new(tidings_bin());
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(&opts.args);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&opts.args);
         cmd.env_remove("DATABASE_URL");
         if !opts.no_database_url {
             cmd.env("DATABASE_URL", database_url);
         }
-        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        );
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr_log)?);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_log)?);
         let mut child = cmd.spawn().context("spawning tidings")?;
         let stdout = child.stdout.take().context("stdout")?;
         // Read the announced address on a blocking thread with a deadline.
@@ -137,16 +160,26 @@ impl TestApp {
             // Keep draining so the child never blocks on a full pipe.
             for _ in lines {}
         });
-        let base = match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60))).await? {
-            Ok(base) => base,
-            Err(_) => {
-                let _ = child.kill();
-                let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-                bail!("tidings did not announce its address within 60 s; its log:\n{log}");
-            }
-        };
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-        Ok(TestApp { base, client, child: Some(child), stderr_log })
+        let base =
+            match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+                .await?
+            {
+                Ok(base) => base,
+                Err(_) => {
+                    let _ = child.kill();
+                    let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+                    bail!("tidings did not announce its address within 60 s; its log:\n{log}");
+                }
+            };
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(TestApp {
+            base,
+            client,
+            child: Some(child),
+            stderr_log,
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -165,8 +198,12 @@ impl TestApp {
     /// SIGTERM, then wait for a clean exit; returns the exit status.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status()?;
-        tokio::task::spawn_blocking(move || child.wait()).await?.context("waiting for tidings")
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        tokio::task::spawn_blocking(move || child.wait())
+            .await?
+            .context("waiting for tidings")
     }
 
     /// SIGKILL: a crash, with no chance to clean up.
@@ -202,8 +239,101 @@ pub async fn expect_problem(resp: reqwest::Response, status: u16) -> serde_json:
     );
     let json: serde_json::Value = serde_json::from_str(&body).expect("problem body is JSON");
     assert_eq!(json["status"], status, "problem status field: {json}");
-    assert!(json["type"].as_str().is_some_and(|t| !t.is_empty()), "problem type: {json}");
+    assert!(
+        json["type"].as_str().is_some_and(|t| !t.is_empty()),
+        "problem type: {json}"
+    );
     assert!(json["title"].as_str().is_some(), "problem title: {json}");
     assert!(json["code"].as_str().is_some(), "problem code: {json}");
     json
+}
+
+/// A running `tidings worker` (the outbox workers alone). Killed (SIGKILL) on
+/// drop unless stopped first.
+pub struct TestWorker {
+    child: Option<Child>,
+    stderr_log: PathBuf,
+}
+
+impl TestWorker {
+    /// Starts `tidings worker` on `database_url` with extra environment and
+    /// waits until it announces itself (migrations applied, loops running).
+    pub async fn spawn(database_url: &str, env: &[(String, String)]) -> anyhow::Result<TestWorker> {
+        let stderr_log = std::env::temp_dir().join(format!(
+            "tidings-worker-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut cmd = Command::new(tidings_bin());
+        cmd.arg("worker").env("DATABASE_URL", database_url);
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        );
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_log)?);
+        let mut child = cmd.spawn().context("spawning tidings worker")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if line.starts_with("tidings worker running") {
+                    let _ = tx.send(());
+                    break;
+                }
+            }
+            for _ in lines {}
+        });
+        if tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+            .await?
+            .is_err()
+        {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+            bail!("tidings worker did not start within 60 s; its log:\n{log}");
+        }
+        Ok(TestWorker {
+            child: Some(child),
+            stderr_log,
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// What the worker logged so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for a clean exit; returns the exit status.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        tokio::task::spawn_blocking(move || child.wait())
+            .await?
+            .context("waiting for tidings worker")
+    }
+
+    /// SIGKILL: a crash, with no chance to record anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for TestWorker {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.stderr_log);
+    }
 }
