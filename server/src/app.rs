@@ -21,11 +21,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
     let outbox = crate::outbox::OutboxConfig::from_args(&args.worker)?;
+    let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
+        Some(token) => token,
+        None => {
+            let token = crate::auth::random_token(24);
+            // Printed once, deliberately on stderr with the logs: not stored anywhere.
+            eprintln!("TIDINGS_ADMIN_TOKEN was not set; this run's admin token is: {token}");
+            token
+        }
+    };
     let state = AppState::new(
         pool,
         Settings {
             max_body_bytes: args.max_body_bytes,
             outbox,
+            admin_token,
         },
     );
 

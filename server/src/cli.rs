@@ -6,7 +6,7 @@ use clap::Parser;
 
 use crate::{
     api, app,
-    config::{Cli, Command},
+    config::{Cli, Command, TenantCommand},
     db, telemetry,
 };
 
@@ -21,6 +21,11 @@ pub async fn run() -> ExitCode {
             print!("{}", api::openapi_json());
             Ok(())
         }
+        Command::Tenant(TenantCommand::Create {
+            name,
+            json,
+            database,
+        }) => create_tenant(&name, json, database).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -39,5 +44,34 @@ async fn migrate(args: crate::config::DatabaseArgs) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || pg.stop()).await.ok();
     }
     eprintln!("migrations applied");
+    Ok(())
+}
+
+async fn create_tenant(
+    name: &str,
+    json: bool,
+    args: crate::config::DatabaseArgs,
+) -> anyhow::Result<()> {
+    let (pool, embedded) = db::open(&args).await?;
+    db::migrate(&pool).await?;
+    let created = crate::tenants::create_tenant(&pool, name)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"));
+    pool.close().await;
+    if let Some(mut pg) = embedded {
+        tokio::task::spawn_blocking(move || pg.stop()).await.ok();
+    }
+    let t = created?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+    } else {
+        println!("tenant_id:      {}", t.tenant_id);
+        println!("name:           {}", t.name);
+        println!(
+            "api_key:        {}   (shown once; stored only as a hash)",
+            t.api_key
+        );
+        println!("signing_secret: {}", t.signing_secret);
+    }
     Ok(())
 }

@@ -40,6 +40,24 @@ pub enum Command {
     Worker(WorkerCommandArgs),
     /// Print the OpenAPI document (JSON) to standard output.
     Openapi,
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and print its API key and signing secret (shown once).
+    Create {
+        /// Display name of the tenant.
+        #[arg(long)]
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
 }
 
 /// Where the database is. With no URL, a private PostgreSQL is started in `data_dir`.
@@ -67,6 +85,10 @@ pub struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "TIDINGS_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
+    /// Operator token for /v1/admin endpoints. When unset, one is generated at start-up
+    /// and printed once to the log.
+    #[arg(long, env = "TIDINGS_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,

@@ -10,7 +10,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Connects with a bounded wait: a database that is still starting (or restarting)
 /// is retried for `patience` before giving up.
-pub async fn connect(url: &str, max_connections: u32, patience: Duration) -> anyhow::Result<PgPool> {
+pub async fn connect(
+    url: &str,
+    max_connections: u32,
+    patience: Duration,
+) -> anyhow::Result<PgPool> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         let attempt = PgPoolOptions::new()
@@ -36,17 +40,19 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 
 /// True when every migration this binary knows is applied, successfully.
 pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let expected = MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration()).count() as i64;
-    let applied: Option<i64> = sqlx::query_scalar(
-        "SELECT count(*) FROM _sqlx_migrations WHERE success",
-    )
-    .fetch_optional(pool)
-    .await
-    .or_else(|err| match &err {
-        // No migrations table yet: nothing applied.
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(Some(0)),
-        _ => Err(err),
-    })?;
+    let expected = MIGRATOR
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .count() as i64;
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+            .fetch_optional(pool)
+            .await
+            .or_else(|err| match &err {
+                // No migrations table yet: nothing applied.
+                sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(Some(0)),
+                _ => Err(err),
+            })?;
     Ok(applied.unwrap_or(0) >= expected)
 }
 
@@ -60,17 +66,26 @@ pub async fn open(
         return Ok((pool, None));
     }
     let data_dir = args.data_dir.clone();
-    let embedded = tokio::task::spawn_blocking(move || crate::embedded_pg::EmbeddedPostgres::start(&data_dir))
-        .await
-        .context("embedded PostgreSQL start-up panicked")??;
+    let embedded =
+        tokio::task::spawn_blocking(move || crate::embedded_pg::EmbeddedPostgres::start(&data_dir))
+            .await
+            .context("embedded PostgreSQL start-up panicked")??;
     let admin = connect(&embedded.url("postgres"), 1, Duration::from_secs(30)).await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'tidings')")
-        .fetch_one(&admin)
-        .await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'tidings')")
+            .fetch_one(&admin)
+            .await?;
     if !exists {
-        sqlx::query("CREATE DATABASE tidings").execute(&admin).await?;
+        sqlx::query("CREATE DATABASE tidings")
+            .execute(&admin)
+            .await?;
     }
     admin.close().await;
-    let pool = connect(&embedded.url("tidings"), args.db_max_connections, Duration::from_secs(30)).await?;
+    let pool = connect(
+        &embedded.url("tidings"),
+        args.db_max_connections,
+        Duration::from_secs(30),
+    )
+    .await?;
     Ok((pool, Some(embedded)))
 }

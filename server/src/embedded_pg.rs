@@ -7,6 +7,10 @@
 //! data directory once, start the server as a child process on a free loopback port,
 //! and stop it with a fast shutdown (SIGINT) when Tidings exits.
 //!
+//! When the data directory already has a running server (another `tidings serve`,
+//! or `tidings tenant create` while `serve` runs), we attach to it instead and
+//! leave stopping it to whoever started it.
+//!
 //! PostgreSQL refuses to run as root, so when we are root the data directory is
 //! handed to an unprivileged account (`postgres` if it exists, else `nobody`) and
 //! the server runs as that account.
@@ -52,7 +56,14 @@ impl EmbeddedPostgres {
         let data_dir = root.join("pg");
         let run_as = unprivileged_user()?;
 
-        stop_stale_postmaster(&data_dir);
+        if let Some(port) = running_postmaster_port(&data_dir) {
+            tracing::info!(data_dir = %data_dir.display(), port, "attaching to the PostgreSQL already running in the data directory");
+            return Ok(EmbeddedPostgres {
+                child: None,
+                data_dir,
+                port,
+            });
+        }
         if !data_dir.join("PG_VERSION").exists() {
             init_data_dir(&bin_dir, &data_dir, run_as.as_ref())?;
         }
@@ -273,29 +284,17 @@ fn chown_tree(dir: &Path, user: &User) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A previous Tidings killed with SIGKILL leaves its PostgreSQL running. Stop it
-/// so that this run starts its own on a port it knows.
-fn stop_stale_postmaster(data_dir: &Path) {
-    let Ok(pid_file) = fs::read_to_string(data_dir.join("postmaster.pid")) else {
-        return;
-    };
-    let Some(pid) = pid_file
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse::<i32>().ok())
-    else {
-        return;
-    };
-    let pid = Pid::from_raw(pid);
-    if kill(pid, None).is_err() {
-        return; // not running; PostgreSQL removes a stale pid file itself
-    }
-    tracing::warn!(%pid, "stopping a PostgreSQL left running by an earlier Tidings");
-    let _ = kill(pid, Signal::SIGINT);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && kill(pid, None).is_ok() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// The port of a live postmaster in `data_dir`, read from `postmaster.pid`
+/// (line 1 is the pid, line 4 the port). A stale file (process gone) is ignored;
+/// PostgreSQL removes it itself on the next start.
+fn running_postmaster_port(data_dir: &Path) -> Option<u16> {
+    let pid_file = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let mut lines = pid_file.lines();
+    let pid = lines.next()?.trim().parse::<i32>().ok()?;
+    let port = lines.nth(2)?.trim().parse::<u16>().ok()?;
+    kill(Pid::from_raw(pid), None).ok()?;
+    std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    Some(port)
 }
 
 /// A port nothing listens on right now (the OS picks it).

@@ -45,10 +45,7 @@ impl Problem {
     pub fn new(status: StatusCode, code: &str, detail: Option<String>) -> Self {
         Problem {
             type_uri: format!("urn:tidings:problem:{code}"),
-            title: status
-                .canonical_reason()
-                .unwrap_or("Error")
-                .to_string(),
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
             status: status.as_u16(),
             detail,
             code: code.to_string(),
@@ -108,19 +105,32 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError::BadRequest { code, detail: detail.into() }
+        ApiError::BadRequest {
+            code,
+            detail: detail.into(),
+        }
     }
     pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError::Unprocessable { code, detail: detail.into() }
+        ApiError::Unprocessable {
+            code,
+            detail: detail.into(),
+        }
     }
     pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError::NotFound { code, detail: detail.into() }
+        ApiError::NotFound {
+            code,
+            detail: detail.into(),
+        }
     }
     pub fn unauthorized(detail: impl Into<String>) -> Self {
-        ApiError::Unauthorized { detail: detail.into() }
+        ApiError::Unauthorized {
+            detail: detail.into(),
+        }
     }
     pub fn forbidden(detail: impl Into<String>) -> Self {
-        ApiError::Forbidden { detail: detail.into() }
+        ApiError::Forbidden {
+            detail: detail.into(),
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -188,7 +198,10 @@ impl poem::error::ResponseError for ApiError {
             ApiError::Unauthorized { .. } => {
                 headers.push(("www-authenticate", "Bearer".to_string()));
             }
-            ApiError::Conflict { retry_after_secs: Some(secs), .. } => {
+            ApiError::Conflict {
+                retry_after_secs: Some(secs),
+                ..
+            } => {
                 headers.push(("retry-after", secs.to_string()));
             }
             ApiError::Unavailable => headers.push(("retry-after", "1".to_string())),
@@ -207,13 +220,25 @@ impl IntoResponse for ApiError {
 /// The statuses any operation may answer with a problem body. Listed once so that
 /// every operation documents the same problem shapes.
 const PROBLEM_STATUSES: &[(u16, &str)] = &[
-    (400, "The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value)."),
+    (
+        400,
+        "The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value).",
+    ),
     (401, "Missing, malformed, expired or unknown credential."),
-    (403, "The credential is valid but of the wrong kind for this endpoint."),
+    (
+        403,
+        "The credential is valid but of the wrong kind for this endpoint.",
+    ),
     (404, "The resource does not exist in this tenant."),
-    (409, "Conflicts with a request still in flight; see Retry-After."),
+    (
+        409,
+        "Conflicts with a request still in flight; see Retry-After.",
+    ),
     (413, "The request body exceeds the configured limit."),
-    (422, "Well-formed but invalid (e.g. an idempotency key reused with another body)."),
+    (
+        422,
+        "Well-formed but invalid (e.g. an idempotency key reused with another body).",
+    ),
     (503, "The database is unreachable; retry later."),
 ];
 
@@ -276,3 +301,17 @@ pub async fn problem_from_poem_error(err: poem::Error) -> Response {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// An id that breaks the core's rules (empty, over 255 bytes, control characters).
+impl From<tidings_core::KeyError> for ApiError {
+    fn from(err: tidings_core::KeyError) -> Self {
+        ApiError::bad_request("invalid_id", err.to_string())
+    }
+}
+
+/// A cursor that does not decode: garbage, truncated or tampered with.
+impl From<tidings_core::CursorError> for ApiError {
+    fn from(err: tidings_core::CursorError) -> Self {
+        ApiError::bad_request("invalid_cursor", err.to_string())
+    }
+}

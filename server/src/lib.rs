@@ -1,8 +1,11 @@
 //! tidings-server: the HTTP API, the store layer (all SQL lives there), and the
 //! background workers. Pure logic lives in `tidings-core`.
 
+#![warn(clippy::unwrap_used)]
+
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod channels;
 pub mod cli;
 pub mod config;
@@ -12,5 +15,7 @@ pub mod error;
 pub mod outbox;
 pub mod shutdown;
 pub mod state;
+pub mod store;
 pub mod telemetry;
+pub mod tenants;
 pub mod workers;

@@ -45,7 +45,10 @@ pub struct OsSignals {
 impl OsSignals {
     pub fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(OsSignals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(OsSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
 
     pub async fn recv(mut self) {

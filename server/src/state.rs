@@ -4,10 +4,13 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::auth::AuthCache;
+
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
+    pub auth_cache: Arc<AuthCache>,
 }
 
 /// Runtime settings derived from the command line.
@@ -15,6 +18,8 @@ pub struct AppState {
 pub struct Settings {
     pub max_body_bytes: usize,
     pub outbox: crate::outbox::OutboxConfig,
+    /// The operator's bearer token for /v1/admin.
+    pub admin_token: String,
 }
 
 impl Default for Settings {
@@ -22,6 +27,7 @@ impl Default for Settings {
         Settings {
             max_body_bytes: 64 * 1024,
             outbox: Default::default(),
+            admin_token: String::new(),
         }
     }
 }
@@ -31,6 +37,7 @@ impl AppState {
         AppState {
             pool,
             settings: Arc::new(settings),
+            auth_cache: Arc::new(AuthCache::default()),
         }
     }
 

@@ -97,6 +97,18 @@ fn replace_database(url: &str, db: &str) -> String {
     parsed.to_string()
 }
 
+/// The admin token every test server runs with.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// A tenant created through the admin API, with its credentials.
+#[derive(Debug, Clone)]
+pub struct TestTenant {
+    pub id: String,
+    pub api_key: String,
+    pub api_key_id: String,
+    pub signing_secret: String,
+}
+
 /// A running `tidings serve`. Killed (SIGKILL) on drop unless stopped first.
 pub struct TestApp {
     pub base: String,
@@ -135,6 +147,7 @@ impl TestApp {
         if !opts.no_database_url {
             cmd.env("DATABASE_URL", database_url);
         }
+        cmd.env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN);
         cmd.env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -184,6 +197,57 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
+    }
+
+    /// Creates a tenant through `POST /v1/admin/tenants`.
+    pub async fn create_tenant(&self) -> TestTenant {
+        let resp = self
+            .client
+            .post(self.url("/v1/admin/tenants"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({"name": "test tenant"}))
+            .send()
+            .await
+            .expect("create tenant");
+        assert_eq!(
+            resp.status(),
+            201,
+            "create tenant: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let body: serde_json::Value = resp.json().await.expect("tenant JSON");
+        let field = |k: &str| {
+            body[k]
+                .as_str()
+                .unwrap_or_else(|| panic!("tenant response lacks {k}: {body}"))
+                .to_string()
+        };
+        TestTenant {
+            id: field("tenant_id"),
+            api_key: field("api_key"),
+            api_key_id: field("api_key_id"),
+            signing_secret: field("signing_secret"),
+        }
+    }
+
+    /// Mints a one-hour user token through `POST /v1/user-tokens`.
+    pub async fn user_token(&self, tenant: &TestTenant, user_id: &str) -> String {
+        let resp = self
+            .client
+            .post(self.url("/v1/user-tokens"))
+            .bearer_auth(&tenant.api_key)
+            .json(&serde_json::json!({"user_id": user_id, "ttl_seconds": 3600}))
+            .send()
+            .await
+            .expect("mint user token");
+        assert_eq!(
+            resp.status(),
+            201,
+            "mint user token: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let body: serde_json::Value = resp.json().await.expect("token JSON");
+        body["token"].as_str().expect("token").to_string()
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -9,7 +9,15 @@ use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp, TestDb};
 #[tokio::test]
 async fn health_is_ok_and_ready_once_migrated() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let live: Value = app.client.get(app.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    let live: Value = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(live["status"], "ok");
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
@@ -20,10 +28,12 @@ async fn readiness_fails_when_migrations_are_missing() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let pool = db.pool().await.unwrap();
     // Forget one applied migration: the binary knows more than the database has.
-    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);
     let body: Value = ready.json().await.unwrap();
@@ -35,8 +45,21 @@ async fn docs_and_openapi_json_are_served() {
     let (app, _db) = TestApp::spawn().await.unwrap();
     let docs = app.client.get(app.url("/docs")).send().await.unwrap();
     assert_eq!(docs.status(), 200);
-    assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
-    let spec: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    assert!(docs
+        .text()
+        .await
+        .unwrap()
+        .to_lowercase()
+        .contains("swagger"));
+    let spec: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
     assert!(spec["paths"]["/readyz"].is_object());
 }
@@ -44,7 +67,12 @@ async fn docs_and_openapi_json_are_served() {
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let resp = app.client.get(app.url("/no/such/route")).send().await.unwrap();
+    let resp = app
+        .client
+        .get(app.url("/no/such/route"))
+        .send()
+        .await
+        .unwrap();
     let problem = expect_problem(resp, 404).await;
     assert_eq!(problem["code"], "not_found");
     let resp = app.client.delete(app.url("/healthz")).send().await.unwrap();
@@ -56,10 +84,20 @@ async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
 async fn oversized_bodies_get_413_whether_declared_or_streamed() {
     let (app, _db) = TestApp::spawn_with_limit(1024).await;
     let big = vec![b'x'; 4096];
-    let resp = app.client.post(app.url("/healthz")).body(big.clone()).send().await.unwrap();
+    let resp = app
+        .client
+        .post(app.url("/healthz"))
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
     expect_problem(resp, 413).await;
     // No Content-Length: a chunked stream must be cut off at the limit too.
-    let stream = futures::stream::iter(big.chunks(512).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>());
+    let stream = futures::stream::iter(
+        big.chunks(512)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
     let resp = app
         .client
         .post(app.url("/healthz"))
@@ -77,7 +115,10 @@ trait SpawnWithLimit {
 impl SpawnWithLimit for TestApp {
     async fn spawn_with_limit(limit: usize) -> (TestApp, TestDb) {
         let db = TestDb::create().await.unwrap();
-        let opts = AppOptions { args: vec!["--max-body-bytes".into(), limit.to_string()], ..Default::default() };
+        let opts = AppOptions {
+            args: vec!["--max-body-bytes".into(), limit.to_string()],
+            ..Default::default()
+        };
         (TestApp::spawn_on(&db.url, opts).await.unwrap(), db)
     }
 }
@@ -85,7 +126,11 @@ impl SpawnWithLimit for TestApp {
 #[test]
 fn committed_openapi_document_matches_the_binary() {
     let out = Command::new(tidings_bin()).arg("openapi").output().unwrap();
-    assert!(out.status.success(), "tidings openapi failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tidings openapi failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let committed_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../openapi/openapi.json");
     let committed = std::fs::read_to_string(&committed_path).unwrap_or_default();
     let generated = String::from_utf8(out.stdout).unwrap();
@@ -102,7 +147,10 @@ fn help_explains_the_commands_and_configuration() {
     for word in ["serve", "migrate", "openapi"] {
         assert!(help.contains(word), "--help lacks {word}: {help}");
     }
-    let out = Command::new(tidings_bin()).args(["serve", "--help"]).output().unwrap();
+    let out = Command::new(tidings_bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     for word in ["DATABASE_URL", "TIDINGS_LISTEN", "TIDINGS_MAX_BODY_BYTES"] {
         assert!(help.contains(word), "serve --help lacks {word}: {help}");
@@ -124,7 +172,14 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
     assert_eq!(ready.status(), 200, "log: {}", app.log());
 
     let pid_file = dir.join("pg/postmaster.pid");
-    let postmaster: i32 = std::fs::read_to_string(&pid_file).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let postmaster: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(process_alive(postmaster));
 
     let status = app.terminate().await.unwrap();
@@ -135,8 +190,14 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(!process_alive(postmaster), "PostgreSQL (pid {postmaster}) still running after SIGTERM");
-    assert!(!pid_file.exists(), "postmaster.pid left behind: not a clean shutdown");
+    assert!(
+        !process_alive(postmaster),
+        "PostgreSQL (pid {postmaster}) still running after SIGTERM"
+    );
+    assert!(
+        !pid_file.exists(),
+        "postmaster.pid left behind: not a clean shutdown"
+    );
 
     // Data is kept between runs: a second start reuses the directory.
     let opts = AppOptions {
@@ -145,7 +206,16 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
         ..Default::default()
     };
     let mut again = TestApp::spawn_on("", opts).await.unwrap();
-    assert_eq!(again.client.get(again.url("/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        again
+            .client
+            .get(again.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     assert!(again.terminate().await.unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -154,7 +224,9 @@ fn process_alive(pid: i32) -> bool {
     // `kill -0` succeeds for live processes; zombies have no /proc/<pid>/status "State: Z" check needed
     // because the postmaster is reparented and reaped by init.
     Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default().contains("State:\tZ")
+        && !std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .contains("State:\tZ")
 }
 
 /// A directory under target/ (not /tmp, whose sticky bit is fine, but target/ is
@@ -167,4 +239,44 @@ fn tempdir_in_target(name: &str) -> std::path::PathBuf {
         .join(format!("{name}-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[tokio::test]
+async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodies() {
+    let (app, db) = TestApp::spawn().await.unwrap();
+    let post = |body: &'static str, content_type: &'static str| {
+        app.client
+            .post(app.url("/v1/admin/tenants"))
+            .bearer_auth(tidings_tests::ADMIN_TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    for (body, content_type, status) in [
+        ("{\"name\": ", "application/json", 400),
+        ("[1, 2]", "application/json", 400),
+        ("{\"name\": null}", "application/json", 400),
+        ("{\"name\": {\"a\": 1}}", "application/json", 400),
+        (
+            "{\"name\": \"x\", \"surprise\": true}",
+            "application/json",
+            400,
+        ),
+        ("", "application/json", 400),
+        ("name=x", "application/x-www-form-urlencoded", 415),
+    ] {
+        let resp = post(body, content_type).await.unwrap();
+        let problem = expect_problem(resp, status).await;
+        assert!(
+            problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}: {problem}"
+        );
+    }
+    // Nothing was stored by any of them.
+    let pool = db.pool().await.unwrap();
+    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(tenants, 0);
 }

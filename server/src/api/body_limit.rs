@@ -14,7 +14,10 @@ impl<E: Endpoint> Middleware<E> for BodyLimit {
     type Output = BodyLimitEndpoint<E>;
 
     fn transform(&self, inner: E) -> Self::Output {
-        BodyLimitEndpoint { inner, max_bytes: self.max_bytes }
+        BodyLimitEndpoint {
+            inner,
+            max_bytes: self.max_bytes,
+        }
     }
 }
 
@@ -27,7 +30,9 @@ impl<E: Endpoint> Endpoint for BodyLimitEndpoint<E> {
     type Output = E::Output;
 
     async fn call(&self, mut req: Request) -> Result<Self::Output> {
-        let too_large = ApiError::PayloadTooLarge { limit: self.max_bytes };
+        let too_large = ApiError::PayloadTooLarge {
+            limit: self.max_bytes,
+        };
         let declared = req
             .headers()
             .get(poem::http::header::CONTENT_LENGTH)
@@ -38,10 +43,16 @@ impl<E: Endpoint> Endpoint for BodyLimitEndpoint<E> {
         }
         let body = req.take_body();
         if !body.is_empty() {
-            let bytes = body.into_bytes_limit(self.max_bytes).await.map_err(|err| match err {
-                poem::error::ReadBodyError::PayloadTooLarge => poem::Error::from(too_large),
-                other => poem::Error::from(ApiError::bad_request("unreadable_body", other.to_string())),
-            })?;
+            let bytes = body
+                .into_bytes_limit(self.max_bytes)
+                .await
+                .map_err(|err| match err {
+                    poem::error::ReadBodyError::PayloadTooLarge => poem::Error::from(too_large),
+                    other => poem::Error::from(ApiError::bad_request(
+                        "unreadable_body",
+                        other.to_string(),
+                    )),
+                })?;
             req.set_body(Body::from_bytes(bytes));
         }
         self.inner.call(req).await

@@ -30,15 +30,23 @@ impl HealthApi {
     /// Liveness: the process is up and serving HTTP.
     #[oai(path = "/healthz", method = "get", operation_id = "health.live")]
     async fn healthz(&self) -> Json<HealthOut> {
-        Json(HealthOut { status: "ok".into() })
+        Json(HealthOut {
+            status: "ok".into(),
+        })
     }
 
     /// Readiness: the database answers and the schema is current.
     #[oai(path = "/readyz", method = "get", operation_id = "health.ready")]
     async fn readyz(&self) -> ReadyResponse {
-        let not_ready = |status: &str| ReadyResponse::NotReady(Json(HealthOut { status: status.into() }));
+        let not_ready = |status: &str| {
+            ReadyResponse::NotReady(Json(HealthOut {
+                status: status.into(),
+            }))
+        };
         match db::migrations_applied(&self.state.pool).await {
-            Ok(true) => ReadyResponse::Ready(Json(HealthOut { status: "ok".into() })),
+            Ok(true) => ReadyResponse::Ready(Json(HealthOut {
+                status: "ok".into(),
+            })),
             Ok(false) => not_ready("migrations pending"),
             Err(err) => {
                 tracing::warn!(error = %err, "readiness check failed");

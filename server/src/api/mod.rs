@@ -1,8 +1,10 @@
 //! The HTTP surface: one `…Api` struct per resource, combined into one
 //! `OpenApiService`. Handlers parse, call one store or service function, map.
 
+pub mod admin;
 mod body_limit;
 pub mod health;
+pub mod user_tokens;
 
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{OpenApiService, Tags};
@@ -13,12 +15,26 @@ use crate::{error::problem_from_poem_error, state::AppState};
 pub enum ApiTags {
     /// Liveness and readiness.
     Health,
+    /// Operator endpoints: tenants and API keys (admin token).
+    Admin,
+    /// Credentials for front ends.
+    Auth,
 }
 
 pub const TITLE: &str = "Tidings";
 
 fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
-    health::HealthApi { state: state.clone() }
+    (
+        health::HealthApi {
+            state: state.clone(),
+        },
+        admin::AdminApi {
+            state: state.clone(),
+        },
+        user_tokens::UserTokensApi {
+            state: state.clone(),
+        },
+    )
 }
 
 pub fn service(state: &AppState) -> OpenApiService<impl poem_openapi::OpenApi, ()> {
@@ -53,7 +69,10 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         )
         .nest("/docs", docs)
         .nest("/", api)
-        .with(body_limit::BodyLimit { max_bytes: state.settings.max_body_bytes })
+        .with(body_limit::BodyLimit {
+            max_bytes: state.settings.max_body_bytes,
+        })
         .with(poem::middleware::Tracing)
+        .data(state.clone())
         .catch_all_error(problem_from_poem_error)
 }

@@ -1,0 +1,2 @@
+//! Helpers shared by the integration tests and the crosscheck example.
+pub mod cases;

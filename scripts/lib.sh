@@ -1,0 +1,123 @@
+# Shared by scripts/run, scripts/test and scripts/bench: make sure what Tidings
+# needs on this machine is installed and running. Sourced, not executed.
+# Every function is idempotent: it does nothing when the thing is already there.
+
+TIDINGS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=""
+apt_install() {
+  # Installs Debian packages that are missing; `apt-get update` once per run.
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ -z "$apt_updated" ]; then
+    log "apt-get update"
+    as_root apt-get update -qq >&2
+    apt_updated=1
+  fi
+  log "installing ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+pg_bin_dir() {
+  # Directory with initdb and postgres: PATH first, then Debian's layout.
+  if command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; then
+    dirname "$(command -v initdb)"
+    return
+  fi
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+ensure_postgres_binaries() {
+  if [ -z "$(pg_bin_dir)" ] || ! command -v psql >/dev/null 2>&1; then
+    apt_install postgresql postgresql-client
+  fi
+}
+
+# A PostgreSQL server for tests and benchmarks. Uses TIDINGS_TEST_DATABASE_URL
+# when set, the machine's server on 127.0.0.1:5432 when it answers, and otherwise
+# starts a private one under target/test-pg (port 55432).
+ensure_test_postgres() {
+  ensure_postgres_binaries
+  if [ -n "${TIDINGS_TEST_DATABASE_URL:-}" ]; then return 0; fi
+  if pg_isready -q -h 127.0.0.1 -p 5432 && psql -X -q -h 127.0.0.1 -U postgres -d postgres -c 'select 1' >/dev/null 2>&1; then
+    export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
+    return 0
+  fi
+  # The machine's cluster may just be stopped.
+  if command -v pg_ctlcluster >/dev/null 2>&1 && ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    local version
+    version=$(ls /etc/postgresql | sort -V | tail -n 1)
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start >/dev/null 2>&1 || true
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+    if psql -X -q -h 127.0.0.1 -U postgres -d postgres -c 'select 1' >/dev/null 2>&1; then
+      export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
+      return 0
+    fi
+  fi
+  local dir="$TIDINGS_ROOT/target/test-pg" bin user=""
+  bin=$(pg_bin_dir)
+  [ "$(id -u)" = 0 ] && user=$(id -u postgres >/dev/null 2>&1 && echo postgres || echo nobody)
+  run_pg() { if [ -n "$user" ]; then runuser -u "$user" -- "$@"; else "$@"; fi; }
+  if ! pg_isready -q -h 127.0.0.1 -p 55432; then
+    mkdir -p "$dir"
+    [ -n "$user" ] && chown "$user" "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      log "initialising a private PostgreSQL in $dir"
+      run_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+    fi
+    log "starting the private PostgreSQL on 127.0.0.1:55432"
+    run_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
+      -o "-p 55432 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300" start >/dev/null
+  fi
+  export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
+}
+
+# NATS with JetStream on 127.0.0.1:4222 (or TIDINGS_TEST_NATS_URL).
+ensure_nats() {
+  if [ -n "${TIDINGS_TEST_NATS_URL:-}" ]; then return 0; fi
+  export TIDINGS_TEST_NATS_URL=nats://127.0.0.1:4222
+  if (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then return 0; fi
+  command -v nats-server >/dev/null 2>&1 || apt_install nats-server
+  local dir="$TIDINGS_ROOT/target/test-nats"
+  mkdir -p "$dir"
+  log "starting nats-server with JetStream on 127.0.0.1:4222"
+  nohup nats-server -a 127.0.0.1 -p 4222 -js -sd "$dir" >"$dir/nats.log" 2>&1 &
+  for _ in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null && return 0; sleep 0.1; done
+  echo "nats-server did not start; see $dir/nats.log" >&2
+  return 1
+}
+
+# Python packages for the test receivers (reference Standard Webhooks, aiosmtpd).
+ensure_python_test_deps() {
+  local req="$TIDINGS_ROOT/tests/receivers/requirements.txt"
+  [ -f "$req" ] || return 0
+  command -v python3 >/dev/null 2>&1 || apt_install python3 python3-pip
+  if ! python3 - "$req" <<'PY' 2>/dev/null
+import sys, importlib.metadata as md
+for line in open(sys.argv[1]):
+    name = line.split('#')[0].strip().split('==')[0].split('>=')[0]
+    if name:
+        md.version(name)
+PY
+  then
+    log "installing Python test receivers' packages"
+    python3 -m pip install -q -r "$req" >&2 || python3 -m pip install -q --break-system-packages -r "$req" >&2
+  fi
+}
+
+ensure_rust() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    apt_install cargo rustc
+  fi
+}
+
+ensure_node() {
+  command -v node >/dev/null 2>&1 || apt_install nodejs npm
+}

@@ -1,0 +1,277 @@
+//! Credentials. Tenant and user always come from here, never from a request body
+//! (DESIGN.md invariant 9).
+//!
+//! Three kinds, all `Authorization: Bearer …`:
+//! - **API key** (`tdk_…`): a tenant's backend. Stored only as a SHA-256 hash.
+//! - **User token**: an HS256 JWT with claims `sub` (user id), `tid` (tenant id) and
+//!   `exp`, signed with the tenant's signing secret (the HMAC key is the UTF-8 bytes
+//!   of the secret string), so a tenant's backend can mint it without calling us.
+//! - **Admin token**: the operator's, from `TIDINGS_ADMIN_TOKEN`.
+//!
+//! A credential that is invalid for every kind is 401; a valid credential of the
+//! wrong kind for the endpoint is 403.
+
+use std::time::Duration;
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use poem::Request;
+use poem_openapi::{auth::Bearer, SecurityScheme};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::{error::ApiError, state::AppState, store};
+
+pub const API_KEY_PREFIX: &str = "tdk_";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantCtx {
+    pub tenant_id: Uuid,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserCtx {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+}
+
+/// Server-to-server calls: `Authorization: Bearer tdk_…`.
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer", checker = "check_api_key")]
+pub struct ApiKeyAuth(pub TenantCtx);
+
+/// Front ends: `Authorization: Bearer <HS256 JWT {sub, tid, exp}>`.
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer", bearer_format = "JWT", checker = "check_user_token")]
+pub struct UserTokenAuth(pub UserCtx);
+
+/// Operators: `Authorization: Bearer <TIDINGS_ADMIN_TOKEN>`.
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer", checker = "check_admin_token")]
+pub struct AdminAuth(pub ());
+
+/// What a bearer string turned out to be.
+enum Credential {
+    ApiKey(TenantCtx),
+    UserToken(UserCtx),
+    Admin,
+}
+
+fn state_of(req: &Request) -> poem::Result<&AppState> {
+    req.data::<AppState>().ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("AppState missing from request data")).into()
+    })
+}
+
+async fn check_api_key(req: &Request, bearer: Bearer) -> poem::Result<TenantCtx> {
+    match identify(state_of(req)?, &bearer.token).await? {
+        Credential::ApiKey(tenant) => Ok(tenant),
+        Credential::UserToken(_) => {
+            Err(ApiError::forbidden("this endpoint takes an API key, not a user token").into())
+        }
+        Credential::Admin => Err(ApiError::forbidden(
+            "this endpoint takes a tenant API key, not the admin token",
+        )
+        .into()),
+    }
+}
+
+async fn check_user_token(req: &Request, bearer: Bearer) -> poem::Result<UserCtx> {
+    match identify(state_of(req)?, &bearer.token).await? {
+        Credential::UserToken(user) => Ok(user),
+        Credential::ApiKey(_) | Credential::Admin => {
+            Err(ApiError::forbidden("this endpoint takes a user token, not an API key").into())
+        }
+    }
+}
+
+async fn check_admin_token(req: &Request, bearer: Bearer) -> poem::Result<()> {
+    match identify(state_of(req)?, &bearer.token).await? {
+        Credential::Admin => Ok(()),
+        _ => Err(ApiError::forbidden("this endpoint takes the admin token").into()),
+    }
+}
+
+async fn identify(state: &AppState, token: &str) -> Result<Credential, ApiError> {
+    if constant_time_eq(token.as_bytes(), state.settings.admin_token.as_bytes()) {
+        return Ok(Credential::Admin);
+    }
+    if token.starts_with(API_KEY_PREFIX) {
+        let tenant_id = tenant_for_api_key(state, token)
+            .await?
+            .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+        return Ok(Credential::ApiKey(TenantCtx { tenant_id }));
+    }
+    if token.split('.').count() == 3 {
+        return verify_user_token(state, token)
+            .await
+            .map(Credential::UserToken);
+    }
+    Err(ApiError::unauthorized(
+        "unrecognised credential: expected an API key or a user token",
+    ))
+}
+
+/// Key lookups are cached briefly: a revocation reaches the instance that handled it
+/// at once and every other instance within `API_KEY_CACHE_TTL`.
+pub const API_KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+async fn tenant_for_api_key(state: &AppState, key: &str) -> Result<Option<Uuid>, ApiError> {
+    let hash = hash_api_key(key);
+    if let Some(hit) = state.auth_cache.api_keys.get(&hash).await {
+        return Ok(hit);
+    }
+    let found = store::tenants::find_tenant_by_key_hash(&state.pool, &hash).await?;
+    state.auth_cache.api_keys.insert(hash, found).await;
+    Ok(found)
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UserClaims {
+    pub sub: String,
+    pub tid: String,
+    pub exp: i64,
+}
+
+async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, ApiError> {
+    let bad = |why: &str| ApiError::unauthorized(format!("invalid user token: {why}"));
+    // The tenant (and so the key) is named inside the token; read it unverified,
+    // then verify the signature with that tenant's secret. A token claiming another
+    // tenant fails the signature check.
+    let payload = token.split('.').nth(1).ok_or_else(|| bad("malformed"))?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| bad("malformed"))?;
+    let unverified: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|_| bad("malformed"))?;
+    let tenant_id = unverified["tid"]
+        .as_str()
+        .and_then(|t| Uuid::parse_str(t).ok())
+        .ok_or_else(|| bad("missing or malformed tid"))?;
+    let secret = signing_secret(state, tenant_id)
+        .await?
+        .ok_or_else(|| bad("unknown tenant"))?;
+
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.set_required_spec_claims(&["exp", "sub"]);
+    validation.leeway = 5;
+    let data = jsonwebtoken::decode::<UserClaims>(
+        token,
+        &DecodingKey::from_secret(secret.as_bytes()),
+        &validation,
+    )
+    .map_err(|err| match err.kind() {
+        jsonwebtoken::errors::ErrorKind::ExpiredSignature => bad("expired"),
+        jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+            bad("signature does not match the tenant")
+        }
+        _ => bad("malformed"),
+    })?;
+    tidings_core::validate_id("sub", &data.claims.sub).map_err(|e| bad(&e.to_string()))?;
+    Ok(UserCtx {
+        tenant_id,
+        user_id: data.claims.sub,
+    })
+}
+
+async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<String>, ApiError> {
+    if let Some(hit) = state.auth_cache.signing_secrets.get(&tenant_id).await {
+        return Ok(Some(hit));
+    }
+    let found = store::tenants::find_signing_secret(&state.pool, tenant_id).await?;
+    if let Some(secret) = &found {
+        state
+            .auth_cache
+            .signing_secrets
+            .insert(tenant_id, secret.clone())
+            .await;
+    }
+    Ok(found)
+}
+
+/// Mints a user token exactly as a tenant's backend would.
+pub fn mint_user_token(
+    secret: &str,
+    tenant_id: Uuid,
+    user_id: &str,
+    exp: i64,
+) -> anyhow::Result<String> {
+    let claims = UserClaims {
+        sub: user_id.to_string(),
+        tid: tenant_id.to_string(),
+        exp,
+    };
+    Ok(jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )?)
+}
+
+pub fn new_api_key() -> String {
+    format!("{API_KEY_PREFIX}{}", random_token(32))
+}
+
+pub fn new_signing_secret() -> String {
+    random_token(32)
+}
+
+pub fn random_token(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::thread_rng().fill_bytes(&mut buf);
+    URL_SAFE_NO_PAD.encode(buf)
+}
+
+pub fn hash_api_key(key: &str) -> Vec<u8> {
+    Sha256::digest(key.as_bytes()).to_vec()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() || a.is_empty() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Caches for credential checks, so a request does not pay a database round trip
+/// to authenticate.
+pub struct AuthCache {
+    pub api_keys: moka::future::Cache<Vec<u8>, Option<Uuid>>,
+    pub signing_secrets: moka::future::Cache<Uuid, String>,
+}
+
+impl Default for AuthCache {
+    fn default() -> Self {
+        AuthCache {
+            api_keys: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(API_KEY_CACHE_TTL)
+                .build(),
+            // Signing secrets never change once issued.
+            signing_secrets: moka::future::Cache::builder().max_capacity(100_000).build(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_needs_equal_non_empty_inputs() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(!constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn api_keys_are_prefixed_random_and_hash_to_32_bytes() {
+        let (a, b) = (new_api_key(), new_api_key());
+        assert!(a.starts_with(API_KEY_PREFIX));
+        assert_ne!(a, b);
+        assert_eq!(hash_api_key(&a).len(), 32);
+    }
+}
