@@ -17,7 +17,7 @@ use delivery_support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tidings_core::Channel;
-use tidings_server::outbox::store::{
+use tidings_server::store::outbox::{
     claim_deliveries, complete_deliveries, CompletedDelivery, Completion,
 };
 use tidings_tests::{AppOptions, TestApp, TestDb, TestWorker};

@@ -11,7 +11,7 @@ use lettre::{
 };
 
 use super::{error_chain, Outcome};
-use crate::outbox::store::ClaimedDelivery;
+use crate::store::outbox::ClaimedDelivery;
 
 pub struct EmailSender {
     transport: AsyncSmtpTransport<Tokio1Executor>,

@@ -5,7 +5,7 @@ pub mod email;
 pub mod ssrf;
 pub mod webhook;
 
-use crate::outbox::store::ClaimedDelivery;
+use crate::store::outbox::ClaimedDelivery;
 
 /// What a send attempt achieved.
 #[derive(Debug, Clone, PartialEq, Eq)]

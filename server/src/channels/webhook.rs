@@ -21,7 +21,7 @@ use super::{
     ssrf::{check_url, AllowPrivate, GuardedResolver, Refused},
     Outcome,
 };
-use crate::outbox::store::ClaimedDelivery;
+use crate::store::outbox::ClaimedDelivery;
 
 /// At most this much of a failed response's body goes into last_error.
 const RESPONSE_SNIPPET_BYTES: usize = 2048;

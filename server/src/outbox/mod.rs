@@ -15,8 +15,6 @@
 //! **Architecture invariant:** no transaction and no row lock is held while a
 //! message is on the network.
 
-pub mod store;
-
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -27,7 +25,7 @@ use sqlx::PgPool;
 use tidings_core::{NextAttempt, RetrySchedule};
 use tokio::{sync::watch, task::JoinHandle};
 
-use self::store::{ClaimedDelivery, CompletedDelivery, Completion};
+use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
     channels::{email::EmailSender, ssrf::AllowPrivate, webhook::WebhookSender, Channels, Outcome},
     config::WorkerArgs,
