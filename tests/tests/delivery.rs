@@ -795,7 +795,9 @@ async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
 }
 
 /// Invariant 6 under a crash: 5,000 webhooks, two `tidings worker` processes,
-/// one killed with SIGKILL mid-batch and a new one started. Every key arrives
+/// one killed with SIGKILL mid-batch and a new one started. The receiver takes
+/// 100 ms per request, so a worker spends most of each batch cycle with
+/// requests in flight and the kill almost always lands there. Every key arrives
 /// at least once, every row ends `sent`, and every copy of a delivery carries
 /// the same webhook-id.
 #[tokio::test]
@@ -808,7 +810,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_duplicates_keep_their_id() 
     let endpoint = create_endpoint(
         &pool,
         tenant,
-        &receiver.url("/hook?delay_ms=20"),
+        &receiver.url("/hook?delay_ms=100"),
         &secret,
         None,
     )
