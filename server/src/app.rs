@@ -20,6 +20,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
+    let outbox = crate::outbox::OutboxConfig::from_args(&args.worker)?;
     let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {
@@ -33,6 +34,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pool,
         Settings {
             max_body_bytes: args.max_body_bytes,
+            outbox,
             admin_token,
             alerts: args.alerts.clone(),
         },

@@ -14,8 +14,9 @@ pub async fn run() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
     let result = match cli.command {
-        Command::Serve(args) => app::serve(args).await,
+        Command::Serve(args) => app::serve(*args).await,
         Command::Migrate(args) => migrate(args).await,
+        Command::Worker(args) => crate::outbox::run_worker(args).await,
         Command::Openapi => {
             print!("{}", api::openapi_json());
             Ok(())

@@ -32,9 +32,12 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP API and the background workers.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Run only the outbox workers (no HTTP API). Any number may run at once,
+    /// beside or instead of the workers inside `tidings serve`.
+    Worker(WorkerCommandArgs),
     /// Print the OpenAPI document (JSON) to standard output.
     Openapi,
     /// Manage tenants.
@@ -91,4 +94,69 @@ pub struct ServeArgs {
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerCommandArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+/// The outbox workers: how they claim, deliver and retry. The defaults and why
+/// they are what they are: `crate::outbox::OutboxConfig`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Claim loops per process (each claims a batch, delivers it, records the
+    /// results). 0 runs no outbox worker in this process.
+    #[arg(long, env = "TIDINGS_OUTBOX_WORKERS", default_value_t = 1)]
+    pub outbox_workers: usize,
+    /// Deliveries claimed per batch.
+    #[arg(long, env = "TIDINGS_OUTBOX_BATCH", default_value_t = 100)]
+    pub outbox_batch: u32,
+    /// Deliveries of one batch in flight at once.
+    #[arg(long, env = "TIDINGS_WORKER_CONCURRENCY", default_value_t = 50)]
+    pub worker_concurrency: usize,
+    /// Seconds a claim is held; after that a crashed worker's deliveries are claimed again.
+    #[arg(long, env = "TIDINGS_OUTBOX_LEASE_SECS", default_value_t = 60.0)]
+    pub outbox_lease_secs: f64,
+    /// Milliseconds between polls when no NOTIFY arrives.
+    #[arg(long, env = "TIDINGS_OUTBOX_POLL_MS", default_value_t = 1000)]
+    pub outbox_poll_ms: u64,
+    /// Milliseconds one webhook request or SMTP send may take.
+    #[arg(long, env = "TIDINGS_DELIVERY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub delivery_timeout_ms: u64,
+    /// Webhook targets allowed besides public addresses: `none`, `loopback`,
+    /// `private` (loopback, RFC 1918, CGNAT, unique-local IPv6) or `all`.
+    #[arg(long, env = "TIDINGS_WEBHOOK_ALLOW_PRIVATE", value_enum, default_value_t = crate::channels::ssrf::AllowPrivate::None)]
+    pub webhook_allow_private: crate::channels::ssrf::AllowPrivate,
+    /// SMTP server for email, e.g. smtp://127.0.0.1:2525 or smtps://user:pass@host.
+    /// Without it, email deliveries wait for a worker that has one.
+    #[arg(long, env = "TIDINGS_SMTP_URL")]
+    pub smtp_url: Option<String>,
+    /// From header of emails.
+    #[arg(
+        long,
+        env = "TIDINGS_EMAIL_FROM",
+        default_value = "Tidings <notifications@localhost>"
+    )]
+    pub email_from: String,
+    /// Retry schedule: delay after the first failure (default: the core's, 5000).
+    #[arg(long, env = "TIDINGS_RETRY_BASE_MS")]
+    pub retry_base_ms: Option<u64>,
+    /// Retry schedule: growth factor of the delay (default: the core's, 4).
+    #[arg(long, env = "TIDINGS_RETRY_FACTOR")]
+    pub retry_factor: Option<u32>,
+    /// Retry schedule: longest delay (default: the core's, 3600000).
+    #[arg(long, env = "TIDINGS_RETRY_MAX_DELAY_MS")]
+    pub retry_max_delay_ms: Option<u64>,
+    /// Retry schedule: attempts before a delivery is dead (default: the core's, 10).
+    #[arg(long, env = "TIDINGS_RETRY_MAX_ATTEMPTS")]
+    pub retry_max_attempts: Option<u32>,
+    /// Retry schedule: jitter fraction in [0, 1] (default: the core's, 0.2).
+    #[arg(long, env = "TIDINGS_RETRY_JITTER")]
+    pub retry_jitter: Option<f64>,
 }

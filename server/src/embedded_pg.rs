@@ -44,6 +44,12 @@ impl EmbeddedPostgres {
     /// Initialises `root/pg` when needed, starts PostgreSQL and waits until it accepts
     /// connections. The returned URL points at database `postgres` as superuser `postgres`.
     pub fn start(root: &Path) -> anyhow::Result<Self> {
+        Self::start_on_port(root, free_port()?)
+    }
+
+    /// Like [`EmbeddedPostgres::start`], on a given port: a server stopped and
+    /// started again on the same port keeps its URL (tests restart it under load).
+    pub fn start_on_port(root: &Path, port: u16) -> anyhow::Result<Self> {
         let bin_dir = find_bin_dir().ok_or_else(|| anyhow!(INSTALL_HINT))?;
         fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
         let root = root.canonicalize()?;
@@ -62,7 +68,6 @@ impl EmbeddedPostgres {
             init_data_dir(&bin_dir, &data_dir, run_as.as_ref())?;
         }
 
-        let port = free_port()?;
         let log_path = root.join("postgres.log");
         let log = fs::OpenOptions::new()
             .create(true)
@@ -292,7 +297,8 @@ fn running_postmaster_port(data_dir: &Path) -> Option<u16> {
     Some(port)
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A port nothing listens on right now (the OS picks it).
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }

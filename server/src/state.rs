@@ -18,6 +18,7 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_body_bytes: usize,
+    pub outbox: crate::outbox::OutboxConfig,
     /// The operator's bearer token for /v1/admin.
     pub admin_token: String,
     /// Alerts, idempotency, webhook endpoints and the NATS inbox.
@@ -28,6 +29,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_body_bytes: 64 * 1024,
+            outbox: Default::default(),
             admin_token: String::new(),
             alerts: crate::alerts::AlertsConfig::default(),
         }

@@ -24,5 +24,6 @@ pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             shutdown.clone(),
         )));
     }
+    workers.extend(crate::outbox::spawn(state, shutdown));
     workers
 }

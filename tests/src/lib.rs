@@ -311,3 +311,93 @@ pub async fn expect_problem(resp: reqwest::Response, status: u16) -> serde_json:
     assert!(json["code"].as_str().is_some(), "problem code: {json}");
     json
 }
+
+/// A running `tidings worker` (the outbox workers alone). Killed (SIGKILL) on
+/// drop unless stopped first.
+pub struct TestWorker {
+    child: Option<Child>,
+    stderr_log: PathBuf,
+}
+
+impl TestWorker {
+    /// Starts `tidings worker` on `database_url` with extra environment and
+    /// waits until it announces itself (migrations applied, loops running).
+    pub async fn spawn(database_url: &str, env: &[(String, String)]) -> anyhow::Result<TestWorker> {
+        let stderr_log = std::env::temp_dir().join(format!(
+            "tidings-worker-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut cmd = Command::new(tidings_bin());
+        cmd.arg("worker").env("DATABASE_URL", database_url);
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        );
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_log)?);
+        let mut child = cmd.spawn().context("spawning tidings worker")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if line.starts_with("tidings worker running") {
+                    let _ = tx.send(());
+                    break;
+                }
+            }
+            for _ in lines {}
+        });
+        if tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+            .await?
+            .is_err()
+        {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+            bail!("tidings worker did not start within 60 s; its log:\n{log}");
+        }
+        Ok(TestWorker {
+            child: Some(child),
+            stderr_log,
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// What the worker logged so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for a clean exit; returns the exit status.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        tokio::task::spawn_blocking(move || child.wait())
+            .await?
+            .context("waiting for tidings worker")
+    }
+
+    /// SIGKILL: a crash, with no chance to record anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for TestWorker {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.stderr_log);
+    }
+}

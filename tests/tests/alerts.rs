@@ -94,31 +94,18 @@ async fn deliveries(pool: &PgPool, tenant: &TestTenant) -> i64 {
     .await
 }
 
-/// The feed engineer's memberships table (migration 0003); created here only
-/// when this branch runs without it, with the same columns.
-async fn add_members(pool: &PgPool, tenant: &TestTenant, team: &str, users: &[String]) {
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS memberships (
-            tenant_id  uuid NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
-            team_id    text NOT NULL,
-            user_id    text NOT NULL,
-            joined_tx  bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
-            joined_id  bigint NOT NULL DEFAULT nextval('feed_item_id_seq'),
-            created_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (tenant_id, team_id, user_id))",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO memberships (tenant_id, team_id, user_id) SELECT $1, $2, unnest($3::text[])",
-    )
-    .bind(uuid::Uuid::parse_str(&tenant.id).unwrap())
-    .bind(team)
-    .bind(users)
-    .execute(pool)
-    .await
-    .unwrap();
+/// Adds members through the API, as a tenant's backend would.
+async fn add_members(app: &TestApp, tenant: &TestTenant, team: &str, users: &[String]) {
+    for user in users {
+        let resp = app
+            .client
+            .put(app.url(&format!("/v1/teams/{team}/members/{user}")))
+            .bearer_auth(&tenant.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "add member: {}", resp.status());
+    }
 }
 
 fn invoice_alert(recipients: &[&str], channels: &[&str]) -> Value {
@@ -134,7 +121,14 @@ fn invoice_alert(recipients: &[&str], channels: &[&str]) -> Value {
 
 #[tokio::test]
 async fn one_event_on_three_channels_for_three_recipients_makes_nine_deliveries() {
-    let (app, db) = TestApp::spawn().await.unwrap();
+    // Workers off: this test looks at what the alert's transaction wrote, before
+    // any delivery attempt changes it (tests/tests/end_to_end.rs delivers).
+    let db = TestDb::create().await.unwrap();
+    let opts = AppOptions {
+        env: vec![("TIDINGS_OUTBOX_WORKERS".into(), "0".into())],
+        ..Default::default()
+    };
+    let app = TestApp::spawn_on(&db.url, opts).await.unwrap();
     let pool = db.pool().await.unwrap();
     let tenant = app.create_tenant().await;
     for user in ["ann", "bob", "cat"] {
@@ -698,7 +692,7 @@ async fn small_teams_are_expanded_inline() {
     let pool = db.pool().await.unwrap();
     let tenant = app.create_tenant().await;
     add_members(
-        &pool,
+        &app,
         &tenant,
         "billing",
         &["ann".into(), "bob".into(), "cat".into()],
@@ -739,7 +733,7 @@ async fn large_teams_are_expanded_in_background_batches_exactly_once_per_key() {
     let pool = db.pool().await.unwrap();
     let tenant = app.create_tenant().await;
     let members: Vec<String> = (0..53).map(|i| format!("member-{i:03}")).collect();
-    add_members(&pool, &tenant, "everyone", &members).await;
+    add_members(&app, &tenant, "everyone", &members).await;
     let mut alert = invoice_alert(&[], &["in_app", "email"]);
     alert.as_object_mut().unwrap().remove("recipients");
     alert["team_id"] = json!("everyone");

@@ -1,0 +1,230 @@
+//! Webhooks per the Standard Webhooks specification: a JSON POST signed with
+//! HMAC-SHA256 over `{webhook-id}.{webhook-timestamp}.{body}`.
+//!
+//! `webhook-id` is the notification key, the same on every retry, so a
+//! receiver dedupes with it. The body is the same on every retry too (its
+//! timestamp is the alert's); only `webhook-timestamp` and the signature change.
+
+use std::{sync::Arc, time::Duration};
+
+use base64::{
+    alphabet,
+    engine::{general_purpose::STANDARD, DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig},
+    Engine,
+};
+use hmac::{Hmac, Mac};
+use serde::Serialize;
+use sha2::Sha256;
+
+use super::{
+    error_chain,
+    ssrf::{check_url, AllowPrivate, GuardedResolver, Refused},
+    Outcome,
+};
+use crate::store::outbox::ClaimedDelivery;
+
+/// At most this much of a failed response's body goes into last_error.
+const RESPONSE_SNIPPET_BYTES: usize = 2048;
+
+/// Secrets are `whsec_` + base64; tolerate missing padding as the reference
+/// libraries do.
+const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+pub struct WebhookSender {
+    client: reqwest::Client,
+    policy: AllowPrivate,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    timestamp: String,
+    data: Data<'a>,
+}
+
+#[derive(Serialize)]
+struct Data<'a> {
+    alert_id: uuid::Uuid,
+    entity_id: &'a str,
+    recipient_id: &'a str,
+    subject: Option<&'a str>,
+    payload: &'a serde_json::Value,
+    key: &'a str,
+}
+
+impl WebhookSender {
+    pub fn new(policy: AllowPrivate, timeout: Duration) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            // A 3xx is an answer, not a success: following it would let an
+            // endpoint bounce us to an address the guard never saw.
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            // A proxy would resolve names itself, behind the guard's back.
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolver { policy }))
+            .user_agent(concat!("Tidings-Webhooks/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(WebhookSender { client, policy })
+    }
+
+    pub async fn send(&self, delivery: &ClaimedDelivery) -> Outcome {
+        let (Some(url), Some(secret)) = (&delivery.endpoint_url, &delivery.endpoint_secret) else {
+            return Outcome::Skipped {
+                reason: "webhook endpoint was deleted".into(),
+            };
+        };
+        let (Some(event_type), Some(entity_id), Some(payload)) =
+            (&delivery.event_type, &delivery.entity_id, &delivery.payload)
+        else {
+            return Outcome::Skipped {
+                reason: "alert was deleted".into(),
+            };
+        };
+        let url = match check_url(url, self.policy) {
+            Ok(url) => url,
+            Err(refused) => return Outcome::permanent(refused.to_string()),
+        };
+        let body = Body {
+            event_type,
+            timestamp: delivery
+                .alert_created_at
+                .unwrap_or_else(chrono::Utc::now)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            data: Data {
+                alert_id: delivery.alert_id,
+                entity_id,
+                recipient_id: &delivery.recipient_id,
+                subject: delivery.subject.as_deref(),
+                payload,
+                key: &delivery.notification_key,
+            },
+        };
+        let body = match serde_json::to_vec(&body) {
+            Ok(body) => body,
+            Err(err) => {
+                return Outcome::permanent(format!("cannot encode the webhook body: {err}"))
+            }
+        };
+        let timestamp = chrono::Utc::now().timestamp();
+        let msg_id = &delivery.notification_key;
+        let mut signatures = Vec::with_capacity(2);
+        for secret in std::iter::once(secret).chain(delivery.endpoint_previous_secret.as_ref()) {
+            match sign(secret, msg_id, timestamp, &body) {
+                Ok(signature) => signatures.push(signature),
+                Err(err) => return Outcome::permanent(err),
+            }
+        }
+        let request = self
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", msg_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signatures.join(" "))
+            .body(body);
+        match request.send().await {
+            Ok(response) => judge_response(response).await,
+            Err(err) => match find_refused(&err) {
+                Some(refused) => Outcome::permanent(refused.to_string()),
+                None => {
+                    Outcome::transient(format!("webhook request failed: {}", error_chain(&err)))
+                }
+            },
+        }
+    }
+}
+
+async fn judge_response(mut response: reqwest::Response) -> Outcome {
+    let status = response.status();
+    if status.is_success() {
+        return Outcome::Sent;
+    }
+    if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or("(no location)")
+            .to_owned();
+        return Outcome::transient(format!(
+            "HTTP {status}: redirect to {location} not followed"
+        ));
+    }
+    let mut snippet = Vec::new();
+    while snippet.len() < RESPONSE_SNIPPET_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => snippet.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    snippet.truncate(RESPONSE_SNIPPET_BYTES);
+    let text = String::from_utf8_lossy(&snippet);
+    Outcome::transient(format!("HTTP {status}: {}", text.trim()))
+}
+
+/// The resolver's refusal, if that is why the request failed.
+fn find_refused(err: &reqwest::Error) -> Option<Refused> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(refused) = cause.downcast_ref::<Refused>() {
+            return Some(refused.clone());
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// One `v1,<base64 HMAC-SHA256>` signature.
+pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<String, String> {
+    let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+    let key = SECRET_BASE64
+        .decode(encoded)
+        .map_err(|e| format!("the endpoint's secret is not valid base64 after whsec_: {e}"))?;
+    if key.is_empty() {
+        return Err("the endpoint's secret is empty".into());
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())?;
+    mac.update(msg_id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    Ok(format!(
+        "v1,{}",
+        STANDARD.encode(mac.finalize().into_bytes())
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of the Standard Webhooks specification's test suite.
+    #[test]
+    fn signature_matches_the_specification_example() {
+        let signature = sign(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            br#"{"test": 2432232314}"#,
+        );
+        assert_eq!(
+            signature.as_deref(),
+            Ok("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        );
+    }
+
+    #[test]
+    fn unpadded_secrets_decode_and_bad_ones_are_errors() {
+        assert!(sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "id", 1, b"{}").is_ok());
+        assert!(sign("whsec_YWJj", "id", 1, b"{}").is_ok());
+        assert!(sign("whsec_YWI", "id", 1, b"{}").is_ok());
+        assert!(sign("whsec_!!!", "id", 1, b"{}").is_err());
+        assert!(sign("whsec_", "id", 1, b"{}").is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! The outbox workers (DESIGN.md invariant 6).
+//!
+//! Each loop: claim a batch (one statement, committed at once: a lease and an
+//! attempt), deliver it outside any transaction with bounded concurrency,
+//! record the results in one statement guarded by the attempt number, repeat.
+//! Loops wake on `NOTIFY tidings_outbox`, poll as a fallback, and claim again
+//! at once after a non-empty batch. Any number of loops in any number of
+//! processes share the work through `FOR UPDATE SKIP LOCKED`.
+//!
+//! Delivery is at least once: a worker that dies after sending but before
+//! recording leaves a lease that expires, and the delivery is sent again with
+//! the same id (webhook-id, Message-ID). Every claim counts an attempt, so a
+//! delivery that crashes its worker every time still ends `dead`.
+//!
+//! **Architecture invariant:** no transaction and no row lock is held while a
+//! message is on the network.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use sqlx::PgPool;
+use tidings_core::{NextAttempt, RetrySchedule};
+use tokio::{sync::watch, task::JoinHandle};
+
+use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
+use crate::{
+    channels::{email::EmailSender, ssrf::AllowPrivate, webhook::WebhookSender, Channels, Outcome},
+    config::WorkerArgs,
+    shutdown::Shutdown,
+    state::AppState,
+};
+
+/// The NOTIFY channel the write path signals after committing deliveries.
+pub const NOTIFY_CHANNEL: &str = "tidings_outbox";
+
+/// Validated worker settings.
+///
+/// Defaults and why:
+/// - **batch 100**: one claim and one completion statement per 100 deliveries
+///   keeps database round trips far below the network time of the sends,
+///   while a crashed worker strands at most 100 deliveries for one lease.
+/// - **concurrency 50**: a batch goes out in two waves, so even when every
+///   receiver hangs until the timeout a batch takes about 2 × 10 s.
+/// - **delivery timeout 10 s**: receivers are expected to acknowledge and work
+///   asynchronously (Standard Webhooks' advice); a slower one is retried.
+/// - **lease 60 s**: must exceed the time a batch can take (2 × 10 s) with a
+///   wide margin, or live deliveries would be claimed twice; and a crash
+///   delays its batch by only a minute. A delivery whose batch has used so
+///   much of the lease that it could not finish in time is not started but
+///   released (see [`OutboxConfig::start_deadline`]), so a slow batch never
+///   turns into duplicates.
+/// - **retry schedule**: the core's default — 10 attempts, 5 s × 4ⁿ capped at
+///   1 h, 20 % jitter: dead about 4.5 h after the first failure (see
+///   `tidings_core::retry`).
+#[derive(Debug, Clone)]
+pub struct OutboxConfig {
+    pub loops: usize,
+    pub batch: u32,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub poll: Duration,
+    pub delivery_timeout: Duration,
+    pub allow_private: AllowPrivate,
+    pub smtp_url: Option<String>,
+    pub email_from: String,
+    pub retry: RetrySchedule,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            loops: 1,
+            batch: 100,
+            concurrency: 50,
+            lease: Duration::from_secs(60),
+            poll: Duration::from_secs(1),
+            delivery_timeout: Duration::from_secs(10),
+            allow_private: AllowPrivate::None,
+            smtp_url: None,
+            email_from: "Tidings <notifications@localhost>".into(),
+            retry: RetrySchedule::default(),
+        }
+    }
+}
+
+impl OutboxConfig {
+    pub fn from_args(args: &WorkerArgs) -> anyhow::Result<Self> {
+        let core = RetrySchedule::default();
+        let retry = RetrySchedule {
+            base_ms: args.retry_base_ms.unwrap_or(core.base_ms),
+            factor: args.retry_factor.unwrap_or(core.factor),
+            max_delay_ms: args.retry_max_delay_ms.unwrap_or(core.max_delay_ms),
+            max_attempts: args.retry_max_attempts.unwrap_or(core.max_attempts),
+            jitter: args.retry_jitter.unwrap_or(core.jitter),
+        };
+        anyhow::ensure!(
+            args.outbox_batch >= 1,
+            "TIDINGS_OUTBOX_BATCH must be at least 1"
+        );
+        anyhow::ensure!(
+            args.worker_concurrency >= 1,
+            "TIDINGS_WORKER_CONCURRENCY must be at least 1"
+        );
+        anyhow::ensure!(
+            retry.max_attempts >= 1,
+            "TIDINGS_RETRY_MAX_ATTEMPTS must be at least 1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&retry.jitter),
+            "TIDINGS_RETRY_JITTER must be within [0, 1]"
+        );
+        anyhow::ensure!(
+            args.outbox_lease_secs.is_finite() && args.outbox_lease_secs > 0.0,
+            "TIDINGS_OUTBOX_LEASE_SECS must be positive"
+        );
+        let lease = Duration::from_secs_f64(args.outbox_lease_secs);
+        let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms.max(1));
+        // A lease shorter than two timeouts leaves no room to send and record.
+        anyhow::ensure!(
+            lease >= delivery_timeout * 2,
+            "TIDINGS_OUTBOX_LEASE_SECS ({lease:?}) must be at least twice TIDINGS_DELIVERY_TIMEOUT_MS ({delivery_timeout:?})"
+        );
+        let config = OutboxConfig {
+            loops: args.outbox_workers,
+            batch: args.outbox_batch,
+            concurrency: args.worker_concurrency,
+            lease,
+            poll: Duration::from_millis(args.outbox_poll_ms.max(10)),
+            delivery_timeout,
+            allow_private: args.webhook_allow_private,
+            smtp_url: args.smtp_url.clone().filter(|u| !u.is_empty()),
+            email_from: args.email_from.clone(),
+            retry,
+        };
+        // Fail at start-up, not at the first email.
+        config.channels()?;
+        Ok(config)
+    }
+
+    fn channels(&self) -> anyhow::Result<Channels> {
+        Ok(Channels {
+            webhook: WebhookSender::new(self.allow_private, self.delivery_timeout)?,
+            email: match &self.smtp_url {
+                Some(url) => Some(EmailSender::new(
+                    url,
+                    &self.email_from,
+                    self.delivery_timeout,
+                )?),
+                None => None,
+            },
+        })
+    }
+
+    /// A delivery of a batch claimed at `claimed_at` is started only before
+    /// this instant, so that it finishes (timeout) and is recorded (a fifth of
+    /// the lease as margin) before the lease ends and another worker may take it.
+    fn start_deadline(&self, claimed_at: Instant) -> Instant {
+        let usable = self
+            .lease
+            .saturating_sub(self.delivery_timeout)
+            .saturating_sub(self.lease / 5);
+        claimed_at + usable
+    }
+}
+
+/// Starts the configured number of claim loops plus one LISTEN task.
+pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
+    let config = state.settings.outbox.clone();
+    if config.loops == 0 {
+        return Vec::new();
+    }
+    let channels = match config.channels() {
+        Ok(channels) => Arc::new(channels),
+        Err(err) => {
+            tracing::error!(error = %format!("{err:#}"), "outbox workers not started");
+            return Vec::new();
+        }
+    };
+    if channels.email.is_none() {
+        tracing::warn!(
+            "no TIDINGS_SMTP_URL: this process leaves email deliveries to workers that have one"
+        );
+    }
+    let (wake_tx, wake_rx) = watch::channel(0u64);
+    let mut handles = vec![tokio::spawn(listen(
+        state.pool.clone(),
+        wake_tx,
+        shutdown.clone(),
+    ))];
+    for n in 0..config.loops {
+        let worker = Worker {
+            pool: state.pool.clone(),
+            config: config.clone(),
+            channels: channels.clone(),
+            claimable: channels.claimable(),
+        };
+        let (wake, shutdown) = (wake_rx.clone(), shutdown.clone());
+        handles.push(tokio::spawn(async move {
+            worker.run(wake, shutdown).await;
+            tracing::debug!(worker = n, "outbox worker stopped");
+        }));
+    }
+    tracing::info!(
+        loops = config.loops,
+        batch = config.batch,
+        concurrency = config.concurrency,
+        lease_ms = config.lease.as_millis() as u64,
+        max_attempts = config.retry.max_attempts,
+        "outbox workers started"
+    );
+    handles
+}
+
+/// Bumps `wake` on every notification, and after every reconnect (a
+/// notification sent while disconnected is lost; the bump makes up for it).
+async fn listen(pool: PgPool, wake: watch::Sender<u64>, mut shutdown: Shutdown) {
+    let mut backoff = Backoff::new();
+    'connect: loop {
+        let listener = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+            listener.listen(NOTIFY_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = tokio::select! {
+            _ = shutdown.wait() => return,
+            result = listener => match result {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(error = %err, "LISTEN failed; polling until it works again");
+                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
+                        return;
+                    }
+                    continue 'connect;
+                }
+            },
+        };
+        backoff.reset();
+        wake.send_modify(|n| *n = n.wrapping_add(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                received = listener.try_recv() => match received {
+                    Ok(Some(_)) => wake.send_modify(|n| *n = n.wrapping_add(1)),
+                    // The connection was lost; the next try_recv reconnects.
+                    Ok(None) => {
+                        tracing::info!("LISTEN connection lost; reconnecting");
+                        wake.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "LISTEN failed; reconnecting");
+                        if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
+                            return;
+                        }
+                        continue 'connect;
+                    }
+                },
+            }
+        }
+    }
+}
+
+struct Worker {
+    pool: PgPool,
+    config: OutboxConfig,
+    channels: Arc<Channels>,
+    claimable: Vec<&'static str>,
+}
+
+impl Worker {
+    async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
+        let mut backoff = Backoff::new();
+        let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
+        while !shutdown.is_requested() {
+            // Notifications from now on wake the wait below, even those that
+            // arrive while this claim runs.
+            wake.borrow_and_update();
+            let claimed_at = Instant::now();
+            let batch = match store::claim_deliveries(
+                &self.pool,
+                self.config.batch,
+                lease_ms,
+                &self.claimable,
+            )
+            .await
+            {
+                Ok(batch) => batch,
+                Err(err) => {
+                    tracing::warn!(error = %err, "claiming deliveries failed; backing off");
+                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            backoff.reset();
+            if batch.is_empty() {
+                tokio::select! {
+                    _ = shutdown.wait() => break,
+                    changed = wake.changed() => {
+                        // The LISTEN task is gone (shutting down): poll instead.
+                        if changed.is_err() {
+                            tokio::time::sleep(self.config.poll).await;
+                        }
+                    }
+                    _ = tokio::time::sleep(self.config.poll) => {}
+                }
+                continue;
+            }
+            let results = self.deliver(batch, claimed_at, &shutdown).await;
+            self.record(results, claimed_at, &shutdown).await;
+        }
+    }
+
+    /// Sends a batch with bounded concurrency and decides each completion.
+    async fn deliver(
+        &self,
+        batch: Vec<ClaimedDelivery>,
+        claimed_at: Instant,
+        shutdown: &Shutdown,
+    ) -> Vec<CompletedDelivery> {
+        let deadline = self.config.start_deadline(claimed_at);
+        futures::stream::iter(batch)
+            .map(|delivery| async move {
+                let completion = if shutdown.is_requested() || Instant::now() >= deadline {
+                    Completion::Release
+                } else if delivery.attempts > self.config.retry.max_attempts as i32 {
+                    // Only leases that expired get here: attempts were claimed
+                    // and never recorded, so the worker died or hung each time.
+                    Completion::Dead {
+                        error: format!(
+                            "gave up after {} attempts whose workers stopped before recording a result",
+                            delivery.attempts - 1
+                        ),
+                    }
+                } else {
+                    let outcome = self.channels.deliver(&delivery).await;
+                    self.completion_of(&delivery, outcome)
+                };
+                if let Completion::Dead { error } = &completion {
+                    tracing::warn!(delivery = delivery.id, tenant = %delivery.tenant_id, %error, "delivery is dead");
+                }
+                CompletedDelivery {
+                    tenant_id: delivery.tenant_id,
+                    id: delivery.id,
+                    attempts: delivery.attempts,
+                    completion,
+                }
+            })
+            .buffer_unordered(self.config.concurrency)
+            .collect()
+            .await
+    }
+
+    fn completion_of(&self, delivery: &ClaimedDelivery, outcome: Outcome) -> Completion {
+        match outcome {
+            Outcome::Sent => Completion::Sent,
+            Outcome::Skipped { reason } => Completion::Skipped { reason },
+            Outcome::Failed {
+                error,
+                permanent: true,
+            } => Completion::Dead { error },
+            Outcome::Failed {
+                error,
+                permanent: false,
+            } => {
+                let attempts = u32::try_from(delivery.attempts).unwrap_or(0);
+                match self.config.retry.next(attempts, rand::random::<f64>()) {
+                    NextAttempt::RetryAfterMs(after_ms) => Completion::Retry { after_ms, error },
+                    NextAttempt::GiveUp => Completion::Dead {
+                        error: format!("after {attempts} attempts: {error}"),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Records a batch's results, retrying while the database is unreachable.
+    /// Gives up when the lease has run out (the deliveries will be claimed and
+    /// sent again: at least once) or, on shutdown, after a few seconds.
+    async fn record(
+        &self,
+        results: Vec<CompletedDelivery>,
+        claimed_at: Instant,
+        shutdown: &Shutdown,
+    ) {
+        let lease_end = claimed_at + self.config.lease;
+        let mut backoff = Backoff::new();
+        let mut shutdown_deadline: Option<Instant> = None;
+        loop {
+            match store::complete_deliveries(&self.pool, &results).await {
+                Ok(written) => {
+                    if written < results.len() as u64 {
+                        tracing::info!(
+                            claimed = results.len(),
+                            written,
+                            "some deliveries were claimed again after their lease expired; their newer results win"
+                        );
+                    }
+                    return;
+                }
+                Err(err) => {
+                    let now = Instant::now();
+                    if shutdown.is_requested() {
+                        shutdown_deadline.get_or_insert(now + Duration::from_secs(5));
+                    }
+                    if now >= lease_end || shutdown_deadline.is_some_and(|d| now >= d) {
+                        tracing::error!(
+                            error = %err,
+                            deliveries = results.len(),
+                            "could not record delivery results; they will be delivered again after the lease"
+                        );
+                        return;
+                    }
+                    tracing::warn!(error = %err, "recording delivery results failed; retrying");
+                    tokio::time::sleep(backoff.next()).await;
+                }
+            }
+        }
+    }
+}
+
+/// 250 ms, doubling, at most 5 s.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(5);
+
+    fn new() -> Self {
+        Backoff { next: Self::FIRST }
+    }
+
+    fn next(&mut self) -> Duration {
+        let current = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        current
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+/// True when shutdown was requested during the sleep.
+async fn sleep_or_shutdown(duration: Duration, shutdown: &mut Shutdown) -> bool {
+    tokio::select! {
+        _ = shutdown.wait() => true,
+        _ = tokio::time::sleep(duration) => false,
+    }
+}
+
+/// `tidings worker`: the outbox workers alone, until SIGTERM or SIGINT.
+pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+
+    use anyhow::Context;
+
+    let signals = crate::shutdown::OsSignals::install().context("installing signal handlers")?;
+    // The embedded PostgreSQL belongs to the `tidings serve` that started it;
+    // a second postmaster on its data directory would stop the first.
+    let url = args
+        .database
+        .database_url
+        .as_deref()
+        .context("`tidings worker` needs DATABASE_URL (or --database-url): it does not start a PostgreSQL of its own")?;
+    let outbox = OutboxConfig::from_args(&args.worker)?;
+    anyhow::ensure!(
+        outbox.loops >= 1,
+        "TIDINGS_OUTBOX_WORKERS is 0: this worker would do nothing"
+    );
+    let pool = crate::db::connect(
+        url,
+        args.database.db_max_connections,
+        Duration::from_secs(30),
+    )
+    .await?;
+    crate::db::migrate(&pool).await?;
+    let state = AppState::new(
+        pool,
+        crate::state::Settings {
+            outbox,
+            ..Default::default()
+        },
+    );
+    let (trigger, shutdown) = crate::shutdown::channel();
+    let handles = spawn(&state, &shutdown);
+    // The one line on stdout, for scripts and tests.
+    println!("tidings worker running");
+    std::io::stdout().flush().ok();
+    signals.recv().await;
+    trigger.trigger();
+    for handle in handles {
+        if let Err(err) = handle.await {
+            tracing::error!(error = %err, "worker panicked");
+        }
+    }
+    state.pool.close().await;
+    Ok(())
+}
