@@ -109,7 +109,9 @@ impl SqlFile {
         for src in &self.sources {
             let text = std::fs::read_to_string(repo.join(src))
                 .with_context(|| format!("reading {src} named by {}", self.path.display()))?;
-            haystack.push_str(&collapse(&unescape_rust_literals(&text)));
+            let text = unescape_rust_literals(&text);
+            let lines: Vec<String> = text.lines().map(strip_comment).collect();
+            haystack.push_str(&collapse(&lines.join("\n")));
             haystack.push('\n');
         }
         Ok(self
