@@ -274,7 +274,7 @@ fn may_be_zero(path: &str) -> bool {
         "skipped",
         "lag",
         "index",
-        "rep",
+        "loads",
         "n_dead",
         "pct",
         "bytes",
@@ -426,7 +426,10 @@ fn seed_line(seed: &Value) -> String {
     match seed.as_object() {
         Some(map) => map
             .iter()
-            .map(|(k, v)| format!("{k} {v}"))
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if v.is_f64() => format!("{k} {x:.1}"),
+                _ => format!("{k} {v}"),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         None => seed.to_string(),

@@ -43,6 +43,8 @@ pub struct Tier {
     pub fanout_writes: i64,
     /// Pending deliveries seeded for each drain measurement.
     pub drain_backlog: i64,
+    /// Recipients per alert in the two ingest sizes (× 2 channels = deliveries).
+    pub ingest_recipients: [usize; 2],
     /// Alerts created before the ingest measurements, for replays to hit.
     pub primed_alerts: usize,
     /// Length of the dead-tuple soak in the drain workload.
@@ -67,13 +69,14 @@ impl Tier {
                 big_team_members: 60,
                 events: 20_000,
                 seed_batch: 10_000,
-                reps: 3,
+                reps: 2,
                 measure: Duration::from_millis(1000),
                 latency_measure: Duration::from_millis(1000),
                 connections: 8,
                 fanout_audiences: vec![1, 10, 100],
                 fanout_writes: 5,
                 drain_backlog: 500,
+                ingest_recipients: [5, 50],
                 primed_alerts: 4,
                 soak: Duration::from_secs(3),
             },
@@ -94,6 +97,7 @@ impl Tier {
                 fanout_audiences: vec![1, 10, 100, 1_000, 10_000],
                 fanout_writes: 20,
                 drain_backlog: 20_000,
+                ingest_recipients: [5, 500],
                 primed_alerts: 64,
                 soak: Duration::from_secs(180),
             },

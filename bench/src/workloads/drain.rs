@@ -125,7 +125,7 @@ async fn start_workers(ctx: &Ctx, n: usize) -> anyhow::Result<Vec<Tidings>> {
         );
     }
     // Let them connect and LISTEN before the backlog appears.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     Ok(workers)
 }
 

@@ -107,13 +107,13 @@ impl Point {
     }
 }
 
-/// Where the policy switches: the smallest reads-per-event ratio (on a log
-/// grid) at which `decide` materialises, or infinity if it never does.
+/// Where the policy switches: the reads-per-event ratio above which `decide`
+/// materialises (searched on a log grid, then bisected), or infinity if it
+/// never does for this audience.
 fn policy_break_even(audience: i64) -> f64 {
     let t = FanoutThresholds::default();
-    for step in 0..=120 {
-        let ratio = 10f64.powf(-3.0 + step as f64 * 0.05);
-        let d = decide(
+    let materialises = |ratio: f64| {
+        decide(
             SendKind::ActivityEvent,
             audience as u64,
             Some(Rates {
@@ -121,12 +121,27 @@ fn policy_break_even(audience: i64) -> f64 {
                 consumer_reads_per_sec: ratio,
             }),
             &t,
-        );
-        if d.strategy != tidings_core::Strategy::StoreOnceReadTime {
-            return ratio;
+        )
+        .strategy
+            != tidings_core::Strategy::StoreOnceReadTime
+    };
+    let grid = |step: i32| 10f64.powf(-3.0 + f64::from(step) * 0.05);
+    let Some(first) = (0..=120).find(|&step| materialises(grid(step))) else {
+        return f64::INFINITY;
+    };
+    if first == 0 {
+        return grid(0);
+    }
+    let (mut lo, mut hi) = (grid(first - 1), grid(first));
+    for _ in 0..40 {
+        let mid = (lo + hi) / 2.0;
+        if materialises(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
         }
     }
-    f64::INFINITY
+    hi
 }
 
 async fn time_writes(

@@ -180,7 +180,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     .bind(&ctx.sink_url)
     .execute(&ctx.pool)
     .await?;
-    let sizes: [usize; 2] = [5, 500];
+    let sizes = ctx.tier.ingest_recipients;
     let pgbench = pgbench_script(ctx)?;
     let tenant = tenant_uuid(TENANT).to_string();
 
@@ -222,7 +222,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let big = sizes.len() - 1;
     w.ratios.push(Ratio::new(
         "alert ingest efficiency",
-        "POST /v1/alerts delivery rows/s (1,000/alert)",
+        &format!("POST /v1/alerts delivery rows/s ({}/alert)", sizes[1] * 2),
         "pgbench of the same statements",
         Some(0.6),
         &rows(&fresh[big], big),
@@ -230,14 +230,17 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     ));
     w.ratios.push(Ratio::new(
         "replay speed-up",
-        "100%-replay rows/s (1,000/alert)",
+        &format!("100%-replay rows/s ({}/alert)", sizes[1] * 2),
         "0%-replay rows/s",
         Some(1.5),
         &rows(&keyed[big][2], big),
         &rows(&keyed[big][0], big),
     ));
     w.aims.push(Aim::at_least(
-        "alert delivery rows/s through the API (fresh, 1,000/alert)",
+        &format!(
+            "alert delivery rows/s through the API (fresh, {}/alert)",
+            sizes[1] * 2
+        ),
         Spread::of(&rows(&fresh[big], big)).median,
         "rows/s",
         50_000.0,
@@ -301,8 +304,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .into(),
     );
     w.notes.push(format!(
-        "Rows written by the fresh runs (counted in the database): {} for 10/alert, {} for 1,000/alert.",
-        written[0], written[big]
+        "Rows written by the fresh runs (counted in the database): {} for {}/alert, {} for {}/alert.",
+        written[0],
+        sizes[0] * 2,
+        written[big],
+        sizes[big] * 2
     ));
     w.figure(
         "sizes",
