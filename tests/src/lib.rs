@@ -113,8 +113,7 @@ pub struct TestTenant {
 pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
-    child: Option<Child>,
-    stderr_log: PathBuf,
+    process: TidingsProcess,
 }
 
 /// How to start the binary: extra arguments and environment on top of the defaults.
@@ -135,10 +134,6 @@ impl TestApp {
     }
 
     pub async fn spawn_on(database_url: &str, opts: AppOptions) -> anyhow::Result<TestApp> {
-        let stderr_log = std::env::temp_dir().join(format!(
-            "tidings-test-{}.log",
-            uuid::Uuid::new_v4().simple()
-        ));
         let mut cmd = Command::new(tidings_bin());
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -148,50 +143,15 @@ impl TestApp {
             cmd.env("DATABASE_URL", database_url);
         }
         cmd.env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN);
-        cmd.env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        );
-        for (k, v) in &opts.env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr_log)?);
-        let mut child = cmd.spawn().context("spawning tidings")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        // Read the announced address on a blocking thread with a deadline.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Some(Ok(line)) = lines.next() {
-                if let Some(addr) = line.strip_prefix("tidings listening on ") {
-                    let _ = tx.send(addr.to_string());
-                    break;
-                }
-            }
-            // Keep draining so the child never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let base =
-            match tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
-                .await?
-            {
-                Ok(base) => base,
-                Err(_) => {
-                    let _ = child.kill();
-                    let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-                    bail!("tidings did not announce its address within 60 s; its log:\n{log}");
-                }
-            };
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+        let (process, base) = TidingsProcess::start(cmd, "tidings listening on ").await?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()?;
         Ok(TestApp {
             base,
             client,
-            child: Some(child),
-            stderr_log,
+            process,
         })
     }
 
@@ -251,16 +211,88 @@ impl TestApp {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.process.pid()
     }
 
     /// What the server logged so far (for assertion messages).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+        self.process.log()
     }
 
     /// SIGTERM, then wait for a clean exit; returns the exit status.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        self.process.terminate().await
+    }
+
+    /// SIGKILL: a crash, with no chance to clean up.
+    pub fn kill(&mut self) {
+        self.process.kill()
+    }
+}
+
+/// A `tidings` child process with its stderr in a log file. Killed (SIGKILL)
+/// on drop unless stopped first.
+struct TidingsProcess {
+    child: Option<Child>,
+    stderr_log: PathBuf,
+}
+
+impl TidingsProcess {
+    /// Starts `cmd` and waits (up to 60 s) for the stdout line that begins with
+    /// `announcement`; returns the rest of that line.
+    async fn start(mut cmd: Command, announcement: &'static str) -> anyhow::Result<(Self, String)> {
+        let stderr_log = std::env::temp_dir().join(format!(
+            "tidings-test-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_log)?);
+        let mut child = cmd.spawn().context("spawning tidings")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        // Read the announcement on a blocking thread with a deadline.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if let Some(rest) = line.strip_prefix(announcement) {
+                    let _ = tx.send(rest.to_string());
+                    break;
+                }
+            }
+            // Keep draining so the child never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let waited =
+            tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60))).await?;
+        let mut process = TidingsProcess {
+            child: Some(child),
+            stderr_log,
+        };
+        match waited {
+            Ok(rest) => Ok((process, rest)),
+            Err(_) => {
+                process.kill();
+                bail!(
+                    "tidings did not print {announcement:?} within 60 s; its log:\n{}",
+                    process.log()
+                );
+            }
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
         Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
@@ -270,8 +302,7 @@ impl TestApp {
             .context("waiting for tidings")
     }
 
-    /// SIGKILL: a crash, with no chance to clean up.
-    pub fn kill(&mut self) {
+    fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -279,7 +310,7 @@ impl TestApp {
     }
 }
 
-impl Drop for TestApp {
+impl Drop for TidingsProcess {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_file(&self.stderr_log);
@@ -315,89 +346,36 @@ pub async fn expect_problem(resp: reqwest::Response, status: u16) -> serde_json:
 /// A running `tidings worker` (the outbox workers alone). Killed (SIGKILL) on
 /// drop unless stopped first.
 pub struct TestWorker {
-    child: Option<Child>,
-    stderr_log: PathBuf,
+    process: TidingsProcess,
 }
 
 impl TestWorker {
     /// Starts `tidings worker` on `database_url` with extra environment and
     /// waits until it announces itself (migrations applied, loops running).
     pub async fn spawn(database_url: &str, env: &[(String, String)]) -> anyhow::Result<TestWorker> {
-        let stderr_log = std::env::temp_dir().join(format!(
-            "tidings-worker-{}.log",
-            uuid::Uuid::new_v4().simple()
-        ));
         let mut cmd = Command::new(tidings_bin());
         cmd.arg("worker").env("DATABASE_URL", database_url);
-        cmd.env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        );
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr_log)?);
-        let mut child = cmd.spawn().context("spawning tidings worker")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Some(Ok(line)) = lines.next() {
-                if line.starts_with("tidings worker running") {
-                    let _ = tx.send(());
-                    break;
-                }
-            }
-            for _ in lines {}
-        });
-        if tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
-            .await?
-            .is_err()
-        {
-            let _ = child.kill();
-            let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-            bail!("tidings worker did not start within 60 s; its log:\n{log}");
-        }
-        Ok(TestWorker {
-            child: Some(child),
-            stderr_log,
-        })
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        let (process, _) = TidingsProcess::start(cmd, "tidings worker running").await?;
+        Ok(TestWorker { process })
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.process.pid()
     }
 
     /// What the worker logged so far (for assertion messages).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+        self.process.log()
     }
 
     /// SIGTERM, then wait for a clean exit; returns the exit status.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let mut child = self.child.take().context("already stopped")?;
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()?;
-        tokio::task::spawn_blocking(move || child.wait())
-            .await?
-            .context("waiting for tidings worker")
+        self.process.terminate().await
     }
 
     /// SIGKILL: a crash, with no chance to record anything.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for TestWorker {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.stderr_log);
+        self.process.kill()
     }
 }

@@ -318,6 +318,18 @@ impl Receiver {
             .expect("webhook receiver")
     }
 
+    /// Webhook receiver on a chosen port: for endpoints created through the API,
+    /// whose URL must be known before the secret (which the API returns) is.
+    pub async fn webhooks_on(port: u16, secrets: &[&str]) -> Receiver {
+        let mut args = vec!["--port".to_owned(), port.to_string()];
+        for secret in secrets {
+            args.extend(["--secret".to_owned(), (*secret).to_owned()]);
+        }
+        Receiver::spawn("webhook_receiver.py", &args)
+            .await
+            .expect("webhook receiver")
+    }
+
     /// SMTP server answering 451 to the first `fail_first` tries of each Message-ID.
     pub async fn smtp(fail_first: u32) -> Receiver {
         Receiver::spawn(

@@ -1,0 +1,282 @@
+//! The whole path through real parts: POST /v1/alerts → notifications and outbox
+//! in one transaction → workers inside `tidings serve` → a webhook receiver that
+//! verifies with the reference Standard Webhooks library, a real SMTP server, and
+//! the recipient's feed.
+
+mod delivery_support;
+
+use std::{collections::HashMap, time::Duration};
+
+use delivery_support::{eventually, worker_env, Receiver};
+use serde_json::{json, Value};
+use tidings_tests::{AppOptions, TestApp, TestDb, TestTenant};
+
+const RECIPIENTS: [&str; 3] = ["ann", "bob", "cat"];
+
+struct World {
+    app: TestApp,
+    _db: TestDb,
+    tenant: TestTenant,
+    webhooks: Receiver,
+    smtp: Receiver,
+}
+
+/// A server with its workers, a tenant with three users who have email
+/// addresses, one webhook endpoint, and both receivers running.
+async fn world() -> World {
+    let smtp = Receiver::smtp(0).await;
+    let db = TestDb::create().await.unwrap();
+    let mut env = worker_env(&[]);
+    env.push(("TIDINGS_SMTP_URL".into(), smtp.smtp_url()));
+    let app = TestApp::spawn_on(
+        &db.url,
+        AppOptions {
+            env,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let tenant = app.create_tenant().await;
+    for user in RECIPIENTS {
+        let resp = app
+            .client
+            .put(app.url(&format!("/v1/users/{user}")))
+            .bearer_auth(&tenant.api_key)
+            .json(&json!({"email": format!("{user}@example.com")}))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success());
+    }
+    // The endpoint's URL must exist before its secret does; reserve a port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let resp = app
+        .client
+        .post(app.url("/v1/webhook-endpoints"))
+        .bearer_auth(&tenant.api_key)
+        .json(&json!({"url": format!("http://127.0.0.1:{port}/hook")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let secret = resp.json::<Value>().await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let webhooks = Receiver::webhooks_on(port, &[&secret]).await;
+    World {
+        app,
+        _db: db,
+        tenant,
+        webhooks,
+        smtp,
+    }
+}
+
+fn overdue_alert() -> Value {
+    json!({
+        "event_type": "invoice.overdue",
+        "entity_id": "inv-42",
+        "recipients": RECIPIENTS,
+        "channels": ["email", "in_app", "webhook"],
+        "subject": "Invoice 42 is overdue",
+        "payload": {"amount": "120.00", "currency": "EUR"}
+    })
+}
+
+async fn post_alert(w: &World, idempotency_key: Option<&str>) -> reqwest::Response {
+    let mut req = w
+        .app
+        .client
+        .post(w.app.url("/v1/alerts"))
+        .bearer_auth(&w.tenant.api_key)
+        .json(&overdue_alert());
+    if let Some(key) = idempotency_key {
+        req = req.header("Idempotency-Key", key);
+    }
+    req.send().await.unwrap()
+}
+
+/// Waits until the receivers hold 3 webhooks and 3 emails, then lets the workers
+/// run a little longer so that a duplicate, if the system made one, would arrive.
+async fn wait_for_deliveries(w: &World) {
+    let arrived = eventually(Duration::from_secs(30), || async {
+        w.webhooks.received().len() >= 3 && w.smtp.received().len() >= 3
+    })
+    .await;
+    assert!(
+        arrived,
+        "webhooks {:?}, emails {:?}; server log:\n{}",
+        w.webhooks.received(),
+        w.smtp.received(),
+        w.app.log()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+fn count_by<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for v in values {
+        *counts.entry(v.to_string()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[tokio::test]
+async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
+    let w = world().await;
+    let resp = post_alert(&w, None).await;
+    assert_eq!(resp.status(), 202);
+    let alert: Value = resp.json().await.unwrap();
+    wait_for_deliveries(&w).await;
+
+    let keys_of = |channel: &str| -> Vec<String> {
+        alert["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["channel"] == channel)
+            .map(|d| d["key"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    // Webhooks: verified by the reference library, webhook-id = notification key.
+    let hooks = w.webhooks.received();
+    assert_eq!(hooks.len(), 3, "{hooks:?}");
+    assert!(hooks.iter().all(|h| h["verified"] == true), "{hooks:?}");
+    let mut ids: Vec<String> = hooks
+        .iter()
+        .map(|h| h["webhook_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut expected = keys_of("webhook");
+    ids.sort();
+    expected.sort();
+    assert_eq!(ids, expected);
+
+    // Email: one per recipient, Message-ID derived from the key.
+    let mails = w.smtp.received();
+    assert_eq!(mails.len(), 3, "{mails:?}");
+    for key in keys_of("email") {
+        assert!(
+            mails.iter().any(|m| m.to_string().contains(&key)),
+            "no email carries a Message-ID from key {key}: {mails:?}"
+        );
+    }
+
+    // In-app: in each recipient's feed, as an alert.
+    for user in RECIPIENTS {
+        let token = w.app.user_token(&w.tenant, user).await;
+        let served = eventually(Duration::from_secs(10), || async {
+            let feed: Value = w
+                .app
+                .client
+                .get(w.app.url("/v1/feed"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            feed["items"].as_array().is_some_and(|items| {
+                items.len() == 1
+                    && items[0]["source"] == "alert"
+                    && items[0]["type"] == "invoice.overdue"
+            })
+        })
+        .await;
+        assert!(served, "{user}'s feed lacks the alert");
+    }
+
+    // And the alert's own record says so.
+    let id = alert["alert_id"].as_str().unwrap();
+    let record: Value = w
+        .app
+        .client
+        .get(w.app.url(&format!("/v1/alerts/{id}")))
+        .bearer_auth(&w.tenant.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let statuses = count_by(
+        record["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["status"].as_str().unwrap()),
+    );
+    assert_eq!(
+        statuses,
+        HashMap::from([("sent".to_string(), 9)]),
+        "{record}"
+    );
+}
+
+/// The sender retries 100 times at once: every key is received exactly once.
+async fn hundred_concurrent_posts_deliver_once_per_key(idempotency_key: Option<&str>) {
+    let w = world().await;
+    let mut posts = tokio::task::JoinSet::new();
+    let w = std::sync::Arc::new(w);
+    for _ in 0..100 {
+        let w = w.clone();
+        let key = idempotency_key.map(str::to_string);
+        posts.spawn(async move { post_alert(&w, key.as_deref()).await.status().as_u16() });
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = posts.join_next().await {
+        statuses.push(status.unwrap());
+    }
+    // Idempotency-Key conflicts answer 409 while the first request is in flight.
+    assert!(
+        statuses.iter().all(|s| *s == 202 || *s == 409),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&202));
+    wait_for_deliveries(&w).await;
+
+    let hooks = w.webhooks.received();
+    let per_id = count_by(hooks.iter().map(|h| h["webhook_id"].as_str().unwrap()));
+    assert_eq!(per_id.len(), 3, "{per_id:?}");
+    assert!(
+        per_id.values().all(|n| *n == 1),
+        "a webhook arrived twice: {per_id:?}"
+    );
+    let mails = w.smtp.received();
+    assert_eq!(mails.len(), 3, "{mails:?}");
+    for user in RECIPIENTS {
+        let token = w.app.user_token(&w.tenant, user).await;
+        let feed: Value = w
+            .app
+            .client
+            .get(w.app.url("/v1/feed"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            feed["items"].as_array().unwrap().len() <= 1,
+            "{user} got the alert twice: {feed}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hundred_concurrent_identical_alerts_are_received_once_per_key() {
+    hundred_concurrent_posts_deliver_once_per_key(None).await;
+}
+
+#[tokio::test]
+async fn hundred_concurrent_identical_alerts_with_one_idempotency_key_are_received_once_per_key() {
+    hundred_concurrent_posts_deliver_once_per_key(Some("inv-42-overdue")).await;
+}
