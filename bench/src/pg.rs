@@ -198,6 +198,16 @@ pub async fn dead_tuples(pool: &PgPool, table: &str) -> anyhow::Result<(i64, i64
     Ok(row.unwrap_or((0, 0)))
 }
 
+/// How often autovacuum has processed `table` (to tell a sawtooth from growth).
+pub async fn autovacuum_count(pool: &PgPool, table: &str) -> anyhow::Result<i64> {
+    let n: Option<i64> =
+        sqlx::query_scalar("SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = $1")
+            .bind(table)
+            .fetch_optional(pool)
+            .await?;
+    Ok(n.unwrap_or(0))
+}
+
 pub async fn table_exists(pool: &PgPool, table: &str) -> anyhow::Result<bool> {
     Ok(sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(table)

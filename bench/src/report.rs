@@ -273,6 +273,7 @@ fn may_be_zero(path: &str) -> bool {
         "duplicate",
         "skipped",
         "lag",
+        "autovacuum",
         "index",
         "loads",
         "n_dead",

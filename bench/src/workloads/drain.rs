@@ -213,6 +213,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let backlog = ctx.tier.drain_backlog;
     let limit = Duration::from_secs(300);
 
+    // Warm-up, not measured: the first claims of a fresh process (plans,
+    // connections, caches) are slower than the rest.
+    {
+        let workers = start_workers(ctx, 1).await?;
+        enqueue(ctx, endpoint, backlog / 10, "warm-svc").await?;
+        let drained = wait_drained(ctx, limit).await;
+        for worker in workers {
+            worker.stop().await;
+        }
+        drained?;
+        enqueue(ctx, endpoint, backlog / 10, "warm-base").await?;
+        store_only_drain(ctx, 1).await?;
+    }
+
     let mut service = vec![vec![]; WORKERS.len()];
     let mut baseline = vec![vec![]; WORKERS.len()];
     let mut run_no = 0;
@@ -305,6 +319,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             "dead tuples min",
             "dead tuples max",
             "dead tuples last",
+            "autovacuum runs",
+            "live rows at start",
         ],
     );
     let dead: Vec<f64> = soak.samples.iter().map(|s| s.1).collect();
@@ -314,6 +330,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         format!("{:.0}", dead.iter().copied().fold(f64::INFINITY, f64::min)),
         format!("{:.0}", dead.iter().copied().fold(0.0, f64::max)),
         format!("{:.0}", dead.last().copied().unwrap_or(0.0)),
+        soak.autovacuums.to_string(),
+        soak.live_before.to_string(),
     ]);
     w.tables.push(t);
     let (path, file) = ctx.plot_path("drain-soak");
@@ -361,6 +379,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             "lag_p99_ms": soak.lag_p99_ms,
             "dead_tuples": soak.samples.iter().map(|s| json!([s.0, s.1])).collect::<Vec<_>>(),
             "delivered": soak.delivered,
+            "autovacuum_runs": soak.autovacuums,
+            "live_rows_at_start": soak.live_before,
         }),
     );
     w.seconds = started.elapsed().as_secs_f64();
@@ -373,10 +393,17 @@ struct Soak {
     /// (seconds, dead tuples)
     samples: Vec<(f64, f64)>,
     delivered: i64,
+    /// Autovacuum runs on `deliveries` during the soak.
+    autovacuums: i64,
+    /// Live rows in `deliveries` when the soak began (autovacuum's threshold
+    /// is 50 + 20% of them by default).
+    live_before: i64,
 }
 
 async fn soak(ctx: &Ctx, endpoint: Uuid, rate: f64) -> anyhow::Result<Soak> {
     let workers = start_workers(ctx, 2).await?;
+    let vacuums_before = crate::pg::autovacuum_count(&ctx.pool, "deliveries").await?;
+    let (live_before, _) = crate::pg::dead_tuples(&ctx.pool, "deliveries").await?;
     let started_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&ctx.pool)
         .await?;
@@ -405,6 +432,7 @@ async fn soak(ctx: &Ctx, endpoint: Uuid, rate: f64) -> anyhow::Result<Soak> {
         }
     }
     wait_drained(ctx, Duration::from_secs(120)).await?;
+    let autovacuums = crate::pg::autovacuum_count(&ctx.pool, "deliveries").await? - vacuums_before;
     for worker in workers {
         worker.stop().await;
     }
@@ -421,5 +449,7 @@ async fn soak(ctx: &Ctx, endpoint: Uuid, rate: f64) -> anyhow::Result<Soak> {
         lag_p99_ms: percentile(&lags, 99.0),
         samples,
         delivered: lags.len() as i64,
+        autovacuums,
+        live_before,
     })
 }

@@ -196,12 +196,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             if rep == 0 {
                 let (trips, stmts) = pg::round_trips(&ctx.pool, m.requests).await?;
                 round_trips[i] = trips;
+                // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0.000".
                 membership_loads[i] = stmts
                     .iter()
                     .filter(|s| s.query.contains("FROM memberships"))
                     .map(|s| s.calls as f64)
                     .sum::<f64>()
-                    / m.requests.max(1.0);
+                    / m.requests.max(1.0)
+                    + 0.0;
                 statements.push(json!({"variant": v.name, "statements": stmts}));
             }
             service[i].push(m);
