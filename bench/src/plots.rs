@@ -82,6 +82,8 @@ pub fn draw_lines<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    // Lines rising to the right leave the lower right corner free.
+    let legend = SeriesLabelPosition::LowerRight;
     let (x0, x1) = bounds(
         series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
         axes.log_x,
@@ -103,6 +105,9 @@ where
                 .configure_mesh()
                 .x_desc(axes.x_label)
                 .y_desc(axes.y_label)
+                .x_label_formatter(&|v| tick(*v))
+                .y_label_formatter(&|v| tick(*v))
+                .light_line_style(WHITE.mix(0.0))
                 .label_style(("sans-serif", 13))
                 .draw()
                 .map_err(|e| anyhow!("{e:?}"))?;
@@ -154,7 +159,7 @@ where
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .label_font(("sans-serif", 13))
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(legend)
                 .draw()
                 .map_err(|e| anyhow!("{e:?}"))?;
         }};
@@ -174,6 +179,25 @@ where
             .map_err(|e| anyhow!("{e:?}"))?),
     }
     Ok(())
+}
+
+/// A compact tick label: 0.001, 0.5, 12, 3.4k, 2.1M.
+fn tick(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 10.0 {
+        format!("{v:.0}")
+    } else if a >= 0.01 {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.0e}")
+    }
 }
 
 /// One chart of a figure: axes, lines, and labelled vertical markers.
