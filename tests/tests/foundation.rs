@@ -280,3 +280,60 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
         .unwrap();
     assert_eq!(tenants, 0);
 }
+
+#[tokio::test]
+async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_operation() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let tenant = app.create_tenant().await;
+    let token = app.user_token(&tenant, "user-1").await;
+    let spec: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    for (template, operations) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            if operation["requestBody"].is_null() {
+                continue;
+            }
+            let credential = match operation["security"][0].as_object() {
+                Some(s) if s.contains_key("AdminAuth") => tidings_tests::ADMIN_TOKEN,
+                Some(s) if s.contains_key("UserTokenAuth") => token.as_str(),
+                _ => tenant.api_key.as_str(),
+            };
+            let path = template
+                .split('/')
+                .map(|seg| {
+                    if seg.starts_with('{') {
+                        "00000000-0000-0000-0000-000000000000"
+                    } else {
+                        seg
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            let method_name = method.to_uppercase();
+            let resp = app
+                .client
+                .request(method_name.parse().unwrap(), app.url(&path))
+                .bearer_auth(credential)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            expect_problem(resp, 415).await;
+            let documented = &operation["responses"]["415"]["content"]["application/problem+json"];
+            assert!(
+                !documented.is_null(),
+                "{method_name} {template} answers 415 but does not document it"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "operations with a body: {checked}");
+}
