@@ -1,0 +1,332 @@
+//! `tidings-bench`: the benchmark harness behind `scripts/bench`. See bench/README.md.
+
+mod loadgen;
+mod pg;
+mod plots;
+mod report;
+mod seed;
+mod server;
+mod sqlfile;
+mod stats;
+mod tier;
+mod workloads;
+
+use std::{path::PathBuf, time::Instant};
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::{
+    loadgen::Tools,
+    report::{Machine, Report, Status, WorkloadResult},
+    server::{Launch, Tidings},
+    tier::{Tier, TierName},
+    workloads::Ctx,
+};
+
+/// Every workload, in the order they run.
+const WORKLOADS: &[&str] = &["health", "feed", "fanout", "ingest", "drain", "mixed"];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidings-bench",
+    about = "Tidings benchmark harness (run it through scripts/bench)"
+)]
+struct Args {
+    #[arg(long, value_enum, default_value = "S")]
+    tier: TierName,
+    /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain, mixed.
+    #[arg(long)]
+    only: Vec<String>,
+    /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
+    #[arg(
+        long,
+        env = "BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:55433/postgres"
+    )]
+    pg_url: String,
+    /// The `tidings` binary to benchmark.
+    #[arg(long, default_value = "target/release/tidings")]
+    tidings_bin: PathBuf,
+    /// Repository root (bench/sql, server sources for the SQL sync check).
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
+    /// Where results go (tier M: bench/results; tier S: target/bench).
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// Also rewrite the summary section of this README (tier M).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    #[arg(long, default_value = "unknown")]
+    git_sha: String,
+    /// The command line to print in the summary.
+    #[arg(long, default_value = "scripts/bench")]
+    command: String,
+    #[arg(long, default_value = "oha")]
+    oha: PathBuf,
+    #[arg(long, default_value = "wrk")]
+    wrk: PathBuf,
+    #[arg(long, default_value = "pgbench")]
+    pgbench: PathBuf,
+    /// Rewrite the bench/sql files built by server functions (`-- source-fn:`)
+    /// from the current server code, then exit.
+    #[arg(long)]
+    sync_sql: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Args::parse()).await {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("tidings-bench: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let started_at = chrono::Utc::now();
+    let tier = Tier::get(args.tier);
+    for name in &args.only {
+        anyhow::ensure!(
+            WORKLOADS.contains(&name.as_str()),
+            "unknown workload {name}; known: {}",
+            WORKLOADS.join(", ")
+        );
+    }
+    let repo = std::fs::canonicalize(&args.repo)?;
+    if args.sync_sql {
+        for entry in std::fs::read_dir(sqlfile::sql_dir(&repo))? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("sql")
+                && sqlfile::rewrite_from_server(&path)?
+            {
+                eprintln!("rewrote {}", path.display());
+            }
+        }
+        return Ok(true);
+    }
+    let out_dir = repo.join(&args.out_dir);
+    let work_dir = repo.join("target/bench/work");
+    std::fs::create_dir_all(&out_dir)?;
+    std::fs::create_dir_all(&work_dir)?;
+    plots::init_fonts()?;
+
+    // The baselines must run the server's own SQL: refuse to measure otherwise.
+    let mut drifted = vec![];
+    for entry in std::fs::read_dir(sqlfile::sql_dir(&repo))? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) == Some("sql") {
+            let file = sqlfile::SqlFile::load(&path)?;
+            if !file.drift(&repo)?.is_empty() {
+                drifted.push(format!("{} (from {:?})", path.display(), file.sources));
+            }
+        }
+    }
+    anyhow::ensure!(
+        drifted.is_empty(),
+        "bench/sql differs from the server's statements; copy them again: {}",
+        drifted.join(", ")
+    );
+
+    let db_name = format!("tidings_bench_{}", tier.label().to_lowercase());
+    let target = pg::Target::new(&args.pg_url, &db_name)?;
+    eprintln!("==> database {db_name}: recreate and migrate");
+    target.recreate().await?;
+    server::migrate(&args.tidings_bin, &target.url).await?;
+    let pool = target.pool(8).await?;
+    let pg_facts = pg::facts(&pool).await?;
+
+    eprintln!("==> seeding (tier {})", tier.label());
+    let seeded = seed::seed(&pool, &tier).await?;
+
+    eprintln!("==> starting tidings serve");
+    let sink = server::Sink::start().await?;
+    let server = Tidings::serve(Launch {
+        bin: &args.tidings_bin,
+        database_url: &target.url,
+        log_dir: &work_dir,
+        name: "serve",
+        env: vec![
+            // The HTTP workloads measure the API alone; the drain workload runs
+            // `tidings worker` processes of its own.
+            ("TIDINGS_OUTBOX_WORKERS".into(), "0".into()),
+            ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
+        ],
+    })
+    .await?;
+    let tools = Tools {
+        oha: args.oha.clone(),
+        wrk: args.wrk.clone(),
+        pgbench: args.pgbench.clone(),
+    };
+    let load_generators = tools.versions().await;
+    let stem = format!("{}-{}", started_at.format("%Y-%m-%d"), args.git_sha);
+    let ctx = Ctx {
+        tier: tier.clone(),
+        target: target.clone(),
+        pool: pool.clone(),
+        tools,
+        server,
+        bin: args.tidings_bin.clone(),
+        repo: repo.clone(),
+        work_dir: work_dir.clone(),
+        plot_dir: out_dir.clone(),
+        plot_stem: stem.clone(),
+        seeded,
+        http: reqwest::Client::new(),
+        sink_url: sink.url.clone(),
+        sink_count: sink.received.clone(),
+    };
+
+    let mut results = vec![];
+    for &name in WORKLOADS {
+        if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
+            continue;
+        }
+        eprintln!("==> workload {name}");
+        let t0 = Instant::now();
+        let outcome = match name {
+            "health" => workloads::health::run(&ctx).await,
+            "feed" => workloads::feed::run(&ctx).await,
+            "fanout" => workloads::fanout::run(&ctx).await,
+            "ingest" => workloads::ingest::run(&ctx).await,
+            "drain" => workloads::drain::run(&ctx).await,
+            "mixed" => workloads::mixed::run(&ctx).await,
+            other => Ok(WorkloadResult::skipped(
+                other,
+                "not implemented in the harness yet",
+            )),
+        };
+        let mut result = outcome.unwrap_or_else(|err| {
+            eprintln!("    {name} FAILED: {err:#}");
+            let mut w = WorkloadResult::new(name);
+            w.status = Status::Failed {
+                error: format!("{err:#}"),
+            };
+            w
+        });
+        result.seconds = t0.elapsed().as_secs_f64();
+        if let Status::Skipped { reason } = &result.status {
+            eprintln!("    skipped: {reason}");
+        }
+        results.push(result);
+    }
+    let Ctx { server, seeded, .. } = ctx;
+    server.stop().await;
+
+    let mut report = Report {
+        schema_version: report::SCHEMA_VERSION,
+        tier: tier.label().into(),
+        git_sha: args.git_sha.clone(),
+        started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        wall_seconds: 0.0,
+        command: args.command.clone(),
+        machine: machine_facts(pg_facts, load_generators),
+        tier_config: serde_json::to_value(&tier)?,
+        seed: seeded.figures,
+        workloads: results,
+    };
+    // The ratio overview plot, when there is anything to show.
+    let ratios: Vec<_> = report.ratios().cloned().collect();
+    if !ratios.is_empty() {
+        let file = format!("{stem}-ratios.png");
+        plots::ratio_chart(&out_dir.join(&file), &ratios)?;
+        if let Some(first) = report.workloads.first_mut() {
+            first.plots.insert(0, file);
+        }
+    }
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    let (json_path, md_path) = report::write_all(&report, &out_dir, &stem, ".")?;
+    if let Some(readme) = &args.readme {
+        let rel = out_dir
+            .strip_prefix(
+                readme
+                    .parent()
+                    .map(|p| repo.join(p))
+                    .unwrap_or(repo.clone()),
+            )
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| out_dir.display().to_string());
+        update_readme(&repo.join(readme), &report::markdown(&report, &rel))?;
+    }
+    eprintln!(
+        "==> wrote {} and {}",
+        json_path.display(),
+        md_path.display()
+    );
+
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path)?)?;
+    let valid = report::validate(&written);
+    let failed: Vec<_> = report
+        .workloads
+        .iter()
+        .filter(|w| matches!(w.status, Status::Failed { .. }))
+        .map(|w| w.name.clone())
+        .collect();
+    match (&valid, failed.is_empty()) {
+        (Ok(()), true) => {
+            eprintln!(
+                "==> results well-formed ({} ratios); wall time {:.0} s",
+                report.ratios().count(),
+                report.wall_seconds
+            );
+            Ok(true)
+        }
+        _ => {
+            if let Err(err) = valid {
+                eprintln!("==> results malformed: {err:#}");
+            }
+            if !failed.is_empty() {
+                eprintln!("==> failed workloads: {}", failed.join(", "));
+            }
+            Ok(false)
+        }
+    }
+}
+
+const README_START: &str = "<!-- bench:results:start -->";
+const README_END: &str = "<!-- bench:results:end -->";
+
+fn update_readme(path: &std::path::Path, summary: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (head, tail) = match (text.find(README_START), text.find(README_END)) {
+        (Some(a), Some(b)) if a < b => (&text[..a], &text[b + README_END.len()..]),
+        _ => (text.as_str(), "\n"),
+    };
+    // The summary's own title becomes a section of the README.
+    let body = summary.replacen("# ", "## Latest results: ", 1);
+    std::fs::write(
+        path,
+        format!("{head}{README_START}\n{body}\n{README_END}{tail}"),
+    )
+    .with_context(|| format!("writing {}", path.display()))
+}
+
+fn machine_facts(postgres: pg::PgFacts, load_generators: serde_json::Value) -> Machine {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let mem_kb: u64 = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let cpu_model = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        nproc: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        mem_total_bytes: mem_kb * 1024,
+        cpu_model,
+        kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+        postgres,
+        load_generators,
+    }
+}

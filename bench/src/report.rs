@@ -1,0 +1,474 @@
+//! What a run produces: the results JSON (raw figures and machine facts), the
+//! markdown summary, and the well-formedness check of tier S.
+
+use std::{fmt::Write as _, path::Path};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::stats::Spread;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A headline ratio: numerator and denominator measured in the same run,
+/// interleaved, one ratio per repetition.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub name: String,
+    pub numerator: String,
+    pub denominator: String,
+    /// `None`: recorded, no target.
+    pub target: Option<f64>,
+    pub ratio: Spread,
+    pub numerator_values: Spread,
+    pub denominator_values: Spread,
+    pub met: Option<bool>,
+}
+
+impl Ratio {
+    pub fn new(
+        name: &str,
+        numerator: &str,
+        denominator: &str,
+        target: Option<f64>,
+        num: &[f64],
+        den: &[f64],
+    ) -> Ratio {
+        let per_rep: Vec<f64> = num.iter().zip(den).map(|(a, b)| a / b).collect();
+        let ratio = Spread::of(&per_rep);
+        Ratio {
+            name: name.into(),
+            numerator: numerator.into(),
+            denominator: denominator.into(),
+            target,
+            met: target.map(|t| ratio.median >= t),
+            ratio,
+            numerator_values: Spread::of(num),
+            denominator_values: Spread::of(den),
+        }
+    }
+}
+
+/// An absolute aim ("feed first page p99 < 10 ms").
+#[derive(Debug, Clone, Serialize)]
+pub struct Aim {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+    /// "<" or ">=".
+    pub comparison: String,
+    pub target: f64,
+    pub met: bool,
+}
+
+impl Aim {
+    pub fn at_least(name: &str, value: f64, unit: &str, target: f64) -> Aim {
+        Aim {
+            name: name.into(),
+            value,
+            unit: unit.into(),
+            comparison: ">=".into(),
+            target,
+            met: value >= target,
+        }
+    }
+    pub fn below(name: &str, value: f64, unit: &str, target: f64) -> Aim {
+        Aim {
+            name: name.into(),
+            value,
+            unit: unit.into(),
+            comparison: "<".into(),
+            target,
+            met: value < target,
+        }
+    }
+}
+
+/// A table for the markdown summary (its figures are also in `figures`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    pub title: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: &str, columns: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            rows: vec![],
+        }
+    }
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// The feature is not on this branch yet, or the tier leaves it out.
+    Skipped {
+        reason: String,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    #[serde(flatten)]
+    pub status: Status,
+    pub seconds: f64,
+    pub figures: Value,
+    pub ratios: Vec<Ratio>,
+    pub aims: Vec<Aim>,
+    pub tables: Vec<Table>,
+    pub plots: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl WorkloadResult {
+    pub fn new(name: &str) -> WorkloadResult {
+        WorkloadResult {
+            name: name.into(),
+            status: Status::Ok,
+            seconds: 0.0,
+            figures: Value::Object(Default::default()),
+            ratios: vec![],
+            aims: vec![],
+            tables: vec![],
+            plots: vec![],
+            notes: vec![],
+        }
+    }
+    pub fn skipped(name: &str, reason: impl Into<String>) -> WorkloadResult {
+        let mut w = WorkloadResult::new(name);
+        w.status = Status::Skipped {
+            reason: reason.into(),
+        };
+        w
+    }
+    pub fn figure(&mut self, key: &str, value: impl Serialize) {
+        if let Value::Object(map) = &mut self.figures {
+            map.insert(
+                key.to_string(),
+                serde_json::to_value(value).unwrap_or(Value::Null),
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub mem_total_bytes: u64,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub postgres: crate::pg::PgFacts,
+    pub load_generators: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub tier: String,
+    pub git_sha: String,
+    pub started_at: String,
+    pub wall_seconds: f64,
+    pub command: String,
+    pub machine: Machine,
+    pub tier_config: Value,
+    pub seed: Value,
+    pub workloads: Vec<WorkloadResult>,
+}
+
+impl Report {
+    pub fn ratios(&self) -> impl Iterator<Item = &Ratio> {
+        self.workloads.iter().flat_map(|w| w.ratios.iter())
+    }
+    pub fn aims(&self) -> impl Iterator<Item = &Aim> {
+        self.workloads.iter().flat_map(|w| w.aims.iter())
+    }
+}
+
+/// Tier S's check: every key present, every figure a finite positive number (or
+/// zero where counting errors, dead tuples and the like), every ratio computed.
+/// Never a time threshold.
+pub fn validate(report: &Value) -> anyhow::Result<()> {
+    for key in [
+        "schema_version",
+        "tier",
+        "git_sha",
+        "started_at",
+        "wall_seconds",
+        "machine",
+        "seed",
+        "workloads",
+    ] {
+        if report.get(key).is_none() {
+            bail!("results JSON lacks `{key}`");
+        }
+    }
+    for key in ["nproc", "mem_total_bytes", "postgres"] {
+        if report["machine"].get(key).is_none() {
+            bail!("results JSON lacks machine.{key}");
+        }
+    }
+    if report["machine"]["postgres"]["settings"]
+        .get("shared_buffers")
+        .is_none()
+    {
+        bail!("results JSON lacks the PostgreSQL settings");
+    }
+    let workloads = report["workloads"]
+        .as_array()
+        .context("workloads is not an array")?;
+    if workloads.is_empty() {
+        bail!("no workload ran");
+    }
+    let mut problems = vec![];
+    for w in workloads {
+        let name = w["name"].as_str().unwrap_or("?");
+        match w["status"].as_str() {
+            Some("ok") => {}
+            Some("skipped") => continue,
+            other => {
+                problems.push(format!("{name}: status {other:?}: {}", w["error"]));
+                continue;
+            }
+        }
+        check_numbers(&w["figures"], &format!("{name}.figures"), &mut problems);
+        for r in w["ratios"].as_array().into_iter().flatten() {
+            let median = r["ratio"]["median"].as_f64();
+            if !matches!(median, Some(m) if m.is_finite() && m > 0.0) {
+                problems.push(format!("{name}: ratio {} is {:?}", r["name"], median));
+            }
+        }
+        for a in w["aims"].as_array().into_iter().flatten() {
+            if !matches!(a["value"].as_f64(), Some(v) if v.is_finite() && v >= 0.0) {
+                problems.push(format!("{name}: aim {} has no value", a["name"]));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        bail!("malformed figures:\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Keys whose values may legitimately be zero.
+fn may_be_zero(path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    [
+        "errors",
+        "dead",
+        "failed",
+        "replay",
+        "duplicate",
+        "skipped",
+        "lag",
+        "autovacuum",
+        "index",
+        "loads",
+        "n_dead",
+        "pct",
+        "bytes",
+        "rows",
+        "level",
+    ]
+    .iter()
+    .any(|k| last.contains(k))
+}
+
+fn check_numbers(v: &Value, path: &str, problems: &mut Vec<String>) {
+    match v {
+        Value::Null => problems.push(format!("{path} is null (NaN or missing)")),
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if x.is_finite() && (x > 0.0 || (x == 0.0 && may_be_zero(path))) => {}
+            other => problems.push(format!("{path} = {other:?}")),
+        },
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                check_numbers(item, &format!("{path}[{i}]"), problems);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                // Optional latency fields (pgbench reports only a mean), and
+                // diagnostics that are not figures.
+                if (item.is_null() && k.ends_with("_ms")) || k.starts_with("notes") {
+                    continue;
+                }
+                check_numbers(item, &format!("{path}.{k}"), problems);
+            }
+        }
+        Value::String(_) | Value::Bool(_) => {}
+    }
+}
+
+pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Tidings benchmark — tier {} — {}\n",
+        report.tier, report.started_at
+    );
+    let pg = &report.machine.postgres;
+    let s = |k: &str| pg.settings.get(k).cloned().unwrap_or_default();
+    let _ = writeln!(
+        md,
+        "Commit `{}`, command `{}`, wall time {:.0} s.  \nMachine: {} cores ({}), {:.1} GiB memory, {}.  \n\
+         PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}.  \n\
+         Load generators: {}.\n",
+        report.git_sha,
+        report.command,
+        report.wall_seconds,
+        report.machine.nproc,
+        report.machine.cpu_model,
+        report.machine.mem_total_bytes as f64 / (1u64 << 30) as f64,
+        report.machine.kernel,
+        pg.version.split(" on ").next().unwrap_or(&pg.version),
+        s("shared_buffers"),
+        s("synchronous_commit"),
+        s("fsync"),
+        s("max_wal_size"),
+        s("jit"),
+        report.machine.load_generators,
+    );
+    let _ = writeln!(md, "Seed: {}\n", seed_line(&report.seed));
+
+    let _ = writeln!(
+        md,
+        "## Ratios (same run, interleaved, median and range over the repetitions)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| ratio | numerator | denominator | median (min–max) | target | met |\n|---|---|---|---|---|---|"
+    );
+    for r in report.ratios() {
+        let _ = writeln!(
+            md,
+            "| {} | {} = {} | {} = {} | **{}** | {} | {} |",
+            r.name,
+            r.numerator,
+            r.numerator_values.show(0),
+            r.denominator,
+            r.denominator_values.show(0),
+            r.ratio.show(2),
+            r.target
+                .map(|t| format!("≥ {t}"))
+                .unwrap_or("record".into()),
+            match r.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "—",
+            }
+        );
+    }
+    let aims: Vec<_> = report.aims().collect();
+    if !aims.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Absolute aims\n\n| aim | measured | target | met |\n|---|---|---|---|"
+        );
+        for a in aims {
+            let _ = writeln!(
+                md,
+                "| {} | {:.2} {} | {} {} {} | {} |",
+                a.name,
+                a.value,
+                a.unit,
+                a.comparison,
+                a.target,
+                a.unit,
+                if a.met { "yes" } else { "**no**" }
+            );
+        }
+    }
+    for w in &report.workloads {
+        let _ = writeln!(md, "\n## Workload: {} ({:.0} s)\n", w.name, w.seconds);
+        match &w.status {
+            Status::Ok => {}
+            Status::Skipped { reason } => {
+                let _ = writeln!(md, "Not measured: {reason}");
+                continue;
+            }
+            Status::Failed { error } => {
+                let _ = writeln!(md, "FAILED: `{error}`");
+                continue;
+            }
+        }
+        for t in &w.tables {
+            let _ = writeln!(md, "**{}**\n", t.title);
+            let _ = writeln!(md, "| {} |", t.columns.join(" | "));
+            let _ = writeln!(md, "|{}", "---|".repeat(t.columns.len()));
+            for row in &t.rows {
+                let _ = writeln!(md, "| {} |", row.join(" | "));
+            }
+            md.push('\n');
+        }
+        for p in &w.plots {
+            let _ = writeln!(md, "![{}]({}/{})\n", w.name, plot_dir_rel, p);
+        }
+        for n in &w.notes {
+            let _ = writeln!(md, "- {n}");
+        }
+    }
+    md
+}
+
+fn seed_line(seed: &Value) -> String {
+    match seed.as_object() {
+        Some(map) => map
+            .iter()
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if v.is_f64() => format!("{k} {x:.1}"),
+                _ => format!("{k} {v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => seed.to_string(),
+    }
+}
+
+pub fn write_all(
+    report: &Report,
+    dir: &Path,
+    stem: &str,
+    plot_dir_rel: &str,
+) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let json_path = dir.join(format!("{stem}.json"));
+    let md_path = dir.join(format!("{stem}.md"));
+    let json = serde_json::to_value(report)?;
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")?;
+    std::fs::write(&md_path, markdown(report, plot_dir_rel))?;
+    Ok((json_path, md_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_and_negative_figures_are_rejected() {
+        let mut problems = vec![];
+        check_numbers(
+            &serde_json::json!({"rps": null, "p99_ms": -1.0, "errors": 0, "ok": 3.5}),
+            "w",
+            &mut problems,
+        );
+        // `rps: null` and `p99_ms: -1` are wrong; `errors: 0` is fine.
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("p99_ms")));
+        let mut problems = vec![];
+        check_numbers(&serde_json::json!({"rps": 0}), "w", &mut problems);
+        assert_eq!(problems.len(), 1);
+    }
+}

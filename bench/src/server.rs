@@ -1,0 +1,169 @@
+//! Processes the bench starts: `tidings serve` / `tidings worker` (the real release
+//! binary) and the no-op webhook sink.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use nix::{sys::signal, unistd::Pid};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+pub const ADMIN_TOKEN: &str = "bench-admin-token";
+
+/// A running `tidings` process; SIGTERM then SIGKILL when dropped.
+pub struct Tidings {
+    child: Child,
+    pub base_url: String,
+}
+
+pub struct Launch<'a> {
+    pub bin: &'a Path,
+    pub database_url: &'a str,
+    pub log_dir: &'a Path,
+    pub name: &'a str,
+    pub env: Vec<(String, String)>,
+}
+
+impl Tidings {
+    /// `tidings serve` on a free port; returns once it printed its address.
+    pub async fn serve(launch: Launch<'_>) -> anyhow::Result<Tidings> {
+        let (mut child, log_path) = spawn(&launch, &["serve"])?;
+        let stdout = child.stdout.take().context("serve stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .context("tidings serve did not print its address within 60 s")??
+            .with_context(|| {
+                format!(
+                    "tidings serve exited before listening; see {}",
+                    log_path.display()
+                )
+            })?;
+        let base_url = line
+            .strip_prefix("tidings listening on ")
+            .with_context(|| format!("unexpected first line from tidings serve: {line}"))?
+            .trim()
+            .to_string();
+        Ok(Tidings { child, base_url })
+    }
+
+    /// `tidings worker` (no HTTP).
+    pub async fn worker(launch: Launch<'_>) -> anyhow::Result<Tidings> {
+        let (child, _) = spawn(&launch, &["worker"])?;
+        Ok(Tidings {
+            child,
+            base_url: String::new(),
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url, path)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = signal::kill(Pid::from_raw(pid as i32), signal::Signal::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+fn spawn(launch: &Launch<'_>, args: &[&str]) -> anyhow::Result<(Child, PathBuf)> {
+    std::fs::create_dir_all(launch.log_dir)?;
+    let log_path = launch.log_dir.join(format!("{}.log", launch.name));
+    let log = std::fs::File::create(&log_path)?;
+    let mut cmd = Command::new(launch.bin);
+    cmd.args(args)
+        .env("DATABASE_URL", launch.database_url)
+        .env("TIDINGS_LISTEN", "127.0.0.1:0")
+        .env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN)
+        // Per-request logs would measure the terminal, not the service.
+        .env("RUST_LOG", "warn")
+        .env("TIDINGS_LOG_FORMAT", "json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true);
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", launch.bin.display()))?;
+    Ok((child, log_path))
+}
+
+/// `tidings migrate` against the bench database.
+pub async fn migrate(bin: &Path, database_url: &str) -> anyhow::Result<()> {
+    let out = Command::new(bin)
+        .arg("migrate")
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .context("running tidings migrate")?;
+    if !out.status.success() {
+        bail!(
+            "tidings migrate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The no-op sink: a local webhook receiver that answers 204 at once and counts
+/// what it got. It runs on the harness's own runtime, on loopback.
+pub struct Sink {
+    pub url: String,
+    pub received: Arc<AtomicU64>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Sink {
+    pub async fn start() -> anyhow::Result<Sink> {
+        use poem::{
+            handler,
+            listener::{Acceptor, Listener, TcpListener},
+            web::Data,
+            EndpointExt, Route, Server,
+        };
+        #[handler]
+        fn receive(counter: Data<&Arc<AtomicU64>>) -> poem::http::StatusCode {
+            counter.fetch_add(1, Ordering::Relaxed);
+            poem::http::StatusCode::NO_CONTENT
+        }
+        let received = Arc::new(AtomicU64::new(0));
+        let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await?;
+        let addr = acceptor
+            .local_addr()
+            .first()
+            .and_then(|a| a.as_socket_addr().copied())
+            .context("sink has no address")?;
+        let app = Route::new()
+            .at("/*", poem::post(receive))
+            .data(received.clone());
+        let task = tokio::spawn(async move {
+            let _ = Server::new_with_acceptor(acceptor).run(app).await;
+        });
+        Ok(Sink {
+            url: format!("http://{addr}/hook"),
+            received,
+            _task: task,
+        })
+    }
+}

@@ -1,0 +1,78 @@
+//! Medians, ranges and percentiles over repetitions.
+
+use serde::Serialize;
+
+/// Median and range of one figure over the repetitions of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub samples: Vec<f64>,
+}
+
+impl Spread {
+    pub fn of(samples: &[f64]) -> Spread {
+        let mut sorted: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = median_sorted(&sorted);
+        Spread {
+            median,
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            samples: samples.to_vec(),
+        }
+    }
+
+    /// "1.23 (1.10–1.31)" for tables.
+    pub fn show(&self, digits: usize) -> String {
+        format!(
+            "{:.*} ({:.*}–{:.*})",
+            digits, self.median, digits, self.min, digits, self.max
+        )
+    }
+}
+
+fn median_sorted(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+pub fn median(samples: &[f64]) -> f64 {
+    Spread::of(samples).median
+}
+
+/// Nearest-rank percentile (q in 0..=100) of unsorted samples.
+pub fn percentile(samples: &[f64], q: f64) -> f64 {
+    let mut sorted: Vec<f64> = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        let s = Spread::of(&[5.0, 1.0, 3.0]);
+        assert_eq!((s.min, s.max), (1.0, 5.0));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&xs, 50.0), 50.0);
+        assert_eq!(percentile(&xs, 99.0), 99.0);
+        assert_eq!(percentile(&xs, 100.0), 100.0);
+    }
+}

@@ -1,0 +1,455 @@
+//! Workload 4, outbox drain: a backlog of pending webhook deliveries drained by
+//! 1, 2 and 4 `tidings worker` processes into the no-op sink (a loopback HTTP
+//! receiver inside the harness that answers 204 at once; the server has no
+//! in-process no-op channel), against a store-only baseline: the worker's own
+//! claim and complete statements (bench/sql/outbox_claim.sql,
+//! outbox_complete.sql, kept identical to server/src/store/outbox.rs by a test),
+//! run by the same number of loops with the same batch and lease, completing
+//! every claimed row as sent without sending anything. Interleaved per
+//! repetition. pgbench cannot carry a claim's rows into the completion's
+//! arrays, so this baseline runs on sqlx (the server's driver) instead.
+//!
+//! Then an open-loop soak: deliveries enqueued at half the 2-worker maximum for
+//! `tier.soak`, with enqueue-to-delivery lag p50/p99 and the dead tuples of
+//! `deliveries` sampled over time (they must stay flat).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use serde_json::json;
+use sqlx::Row;
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use super::Ctx;
+use crate::{
+    plots,
+    report::{Aim, Ratio, Table, WorkloadResult},
+    seed::tenant_uuid,
+    server::{Launch, Tidings},
+    sqlfile::SqlFile,
+    stats::{percentile, Spread},
+};
+
+/// The drain tenant.
+const TENANT: i64 = 2;
+const BATCH: i64 = 100;
+const LEASE_MS: i64 = 60_000;
+const WORKERS: [usize; 3] = [1, 2, 4];
+
+async fn setup(ctx: &Ctx) -> anyhow::Result<Uuid> {
+    let endpoint = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
+         VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
+    )
+    .bind(tenant_uuid(TENANT))
+    .bind(endpoint)
+    .bind(&ctx.sink_url)
+    .execute(&ctx.pool)
+    .await?;
+    Ok(endpoint)
+}
+
+/// `n` pending webhook deliveries (one alert per 100), committed at once.
+async fn enqueue(ctx: &Ctx, endpoint: Uuid, n: i64, tag: &str) -> anyhow::Result<()> {
+    sqlx::query(
+        "WITH a AS (
+            INSERT INTO alerts (tenant_id, id, event_type, entity_id, payload, channels)
+            SELECT $1, gen_random_uuid(), 'invoice.overdue', $3 || '-' || g, '{\"amount\": 42}', '{webhook}'
+            FROM generate_series(0, ($2 - 1) / 100) g
+            RETURNING id, entity_id
+         ),
+         numbered AS (SELECT id, row_number() OVER (ORDER BY entity_id) - 1 AS k FROM a)
+         INSERT INTO deliveries (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status)
+         SELECT $1, md5($3 || '/' || i), n.id, 'user-' || i, 'webhook', $4, 'pending'
+         FROM generate_series(0, $2 - 1) i JOIN numbered n ON n.k = i / 100",
+    )
+    .bind(tenant_uuid(TENANT))
+    .bind(n)
+    .bind(tag)
+    .bind(endpoint)
+    .execute(&ctx.pool)
+    .await
+    .context("enqueueing deliveries")?;
+    sqlx::query("SELECT pg_notify('tidings_outbox', $1)")
+        .bind(tenant_uuid(TENANT).to_string())
+        .execute(&ctx.pool)
+        .await?;
+    Ok(())
+}
+
+async fn outstanding(ctx: &Ctx) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries
+         WHERE tenant_id = $1 AND status IN ('pending', 'sending', 'retrying')",
+    )
+    .bind(tenant_uuid(TENANT))
+    .fetch_one(&ctx.pool)
+    .await?)
+}
+
+async fn wait_drained(ctx: &Ctx, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if outstanding(ctx).await? == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "deliveries not drained within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn start_workers(ctx: &Ctx, n: usize) -> anyhow::Result<Vec<Tidings>> {
+    let mut workers = vec![];
+    for i in 0..n {
+        workers.push(
+            Tidings::worker(Launch {
+                bin: &ctx.bin,
+                database_url: &ctx.target.url,
+                log_dir: &ctx.work_dir,
+                name: &format!("worker-{i}"),
+                env: vec![
+                    ("TIDINGS_OUTBOX_WORKERS".into(), "1".into()),
+                    ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
+                    ("TIDINGS_DB_MAX_CONNECTIONS".into(), "4".into()),
+                ],
+            })
+            .await?,
+        );
+    }
+    // Let them connect and LISTEN before the backlog appears.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    Ok(workers)
+}
+
+/// The store-only baseline: `loops` tasks claim and complete with the server's
+/// statements until nothing is due.
+async fn store_only_drain(ctx: &Ctx, loops: usize) -> anyhow::Result<()> {
+    let claim = SqlFile::load(&ctx.repo.join("bench/sql/outbox_claim.sql"))?;
+    let complete = SqlFile::load(&ctx.repo.join("bench/sql/outbox_complete.sql"))?;
+    let claim_sql: Arc<str> = claim.statements[0].trim_end_matches(';').into();
+    let complete_sql: Arc<str> = complete.statements[0].trim_end_matches(';').into();
+    let errors = Arc::new(Mutex::new(None));
+    let mut tasks = vec![];
+    for _ in 0..loops {
+        let (pool, claim_sql, complete_sql, errors) = (
+            ctx.pool.clone(),
+            claim_sql.clone(),
+            complete_sql.clone(),
+            errors.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let result: anyhow::Result<()> = async {
+                loop {
+                    let rows = sqlx::query(&claim_sql)
+                        .bind(BATCH)
+                        .bind(LEASE_MS)
+                        .bind(vec!["webhook".to_string()])
+                        .fetch_all(&pool)
+                        .await?;
+                    if rows.is_empty() {
+                        return Ok(());
+                    }
+                    let tenants: Vec<Uuid> = rows.iter().map(|r| r.get("tenant_id")).collect();
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+                    let attempts: Vec<i32> = rows.iter().map(|r| r.get("attempts")).collect();
+                    let n = rows.len();
+                    sqlx::query(&complete_sql)
+                        .bind(&tenants)
+                        .bind(&ids)
+                        .bind(&attempts)
+                        .bind(vec!["sent"; n])
+                        .bind(vec![None::<i64>; n])
+                        .bind(vec![None::<String>; n])
+                        .execute(&pool)
+                        .await?;
+                }
+            }
+            .await;
+            if let Err(err) = result {
+                *errors.lock().await = Some(format!("{err:#}"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    if let Some(err) = errors.lock().await.take() {
+        anyhow::bail!("store-only drain: {err}");
+    }
+    Ok(())
+}
+
+pub async fn available(ctx: &Ctx) -> anyhow::Result<Option<String>> {
+    let help = tokio::process::Command::new(&ctx.bin)
+        .args(["worker", "--help"])
+        .output()
+        .await?;
+    if !help.status.success() {
+        return Ok(Some("`tidings worker` is not on this branch yet".into()));
+    }
+    for f in ["outbox_claim.sql", "outbox_complete.sql"] {
+        if !ctx.repo.join("bench/sql").join(f).exists() {
+            return Ok(Some(format!("bench/sql/{f} is missing")));
+        }
+    }
+    Ok(None)
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let started = Instant::now();
+    if let Some(reason) = available(ctx).await? {
+        return Ok(WorkloadResult::skipped("drain", reason));
+    }
+    let mut w = WorkloadResult::new("drain");
+    let endpoint = setup(ctx).await?;
+    let backlog = ctx.tier.drain_backlog;
+    let limit = Duration::from_secs(300);
+
+    // Warm-up, not measured: the first claims of a fresh process (plans,
+    // connections, caches) are slower than the rest.
+    {
+        let workers = start_workers(ctx, 1).await?;
+        enqueue(ctx, endpoint, backlog / 10, "warm-svc").await?;
+        let drained = wait_drained(ctx, limit).await;
+        for worker in workers {
+            worker.stop().await;
+        }
+        drained?;
+        enqueue(ctx, endpoint, backlog / 10, "warm-base").await?;
+        store_only_drain(ctx, 1).await?;
+    }
+
+    let mut service = vec![vec![]; WORKERS.len()];
+    let mut baseline = vec![vec![]; WORKERS.len()];
+    let mut run_no = 0;
+    for rep in 0..ctx.tier.reps {
+        eprintln!("  drain rep {}/{}", rep + 1, ctx.tier.reps);
+        for (wi, &n) in WORKERS.iter().enumerate() {
+            let workers = start_workers(ctx, n).await?;
+            let received_before = ctx.sink_received();
+            run_no += 1;
+            let t0 = Instant::now();
+            enqueue(ctx, endpoint, backlog, &format!("svc-{run_no}")).await?;
+            let drained = wait_drained(ctx, limit).await;
+            let secs = t0.elapsed().as_secs_f64();
+            for worker in workers {
+                worker.stop().await;
+            }
+            drained?;
+            let received = ctx.sink_received() - received_before;
+            anyhow::ensure!(
+                received >= backlog as u64,
+                "the sink received {received} of {backlog} deliveries"
+            );
+            service[wi].push(backlog as f64 / secs);
+
+            run_no += 1;
+            enqueue(ctx, endpoint, backlog, &format!("base-{run_no}")).await?;
+            let t0 = Instant::now();
+            store_only_drain(ctx, n).await?;
+            baseline[wi].push(backlog as f64 / t0.elapsed().as_secs_f64());
+            anyhow::ensure!(outstanding(ctx).await? == 0, "baseline left work behind");
+        }
+    }
+
+    // The headline compares at 2 loops (one per core).
+    let at = 1;
+    w.ratios.push(Ratio::new(
+        "drain efficiency",
+        "no-op sink deliveries/s (2 workers)",
+        "claim + complete statements alone",
+        Some(0.5),
+        &service[at],
+        &baseline[at],
+    ));
+    let best = service
+        .iter()
+        .map(|s| Spread::of(s).median)
+        .fold(0.0, f64::max);
+    w.aims.push(Aim::at_least(
+        "deliveries/s to the no-op sink (best worker count)",
+        best,
+        "deliveries/s",
+        5_000.0,
+    ));
+    let mut t = Table::new(
+        &format!("Outbox drain: {backlog} pending webhook deliveries per run"),
+        &[
+            "workers",
+            "no-op sink deliveries/s",
+            "store-only deliveries/s",
+            "ratio",
+        ],
+    );
+    for (wi, &n) in WORKERS.iter().enumerate() {
+        let ratio: Vec<f64> = service[wi]
+            .iter()
+            .zip(&baseline[wi])
+            .map(|(a, b)| a / b)
+            .collect();
+        t.row(vec![
+            n.to_string(),
+            Spread::of(&service[wi]).show(0),
+            Spread::of(&baseline[wi]).show(0),
+            Spread::of(&ratio).show(2),
+        ]);
+    }
+    w.tables.push(t);
+
+    // Soak at half the 2-worker maximum.
+    let rate = Spread::of(&service[at]).median / 2.0;
+    let soak = soak(ctx, endpoint, rate).await?;
+    let mut t = Table::new(
+        &format!(
+            "Soak: {:.0} deliveries/s for {:.0} s with 2 workers",
+            rate,
+            ctx.tier.soak.as_secs_f64()
+        ),
+        &[
+            "lag p50 ms",
+            "lag p99 ms",
+            "dead tuples min",
+            "dead tuples max",
+            "dead tuples last",
+            "autovacuum runs",
+            "live rows at start",
+        ],
+    );
+    let dead: Vec<f64> = soak.samples.iter().map(|s| s.1).collect();
+    t.row(vec![
+        format!("{:.1}", soak.lag_p50_ms),
+        format!("{:.1}", soak.lag_p99_ms),
+        format!("{:.0}", dead.iter().copied().fold(f64::INFINITY, f64::min)),
+        format!("{:.0}", dead.iter().copied().fold(0.0, f64::max)),
+        format!("{:.0}", dead.last().copied().unwrap_or(0.0)),
+        soak.autovacuums.to_string(),
+        soak.live_before.to_string(),
+    ]);
+    w.tables.push(t);
+    let (path, file) = ctx.plot_path("drain-soak");
+    plots::line_charts(
+        &path,
+        &[plots::Chart {
+            axes: plots::Axes {
+                title: "deliveries: dead tuples during the soak",
+                x_label: "seconds",
+                y_label: "n_dead_tup",
+                log_x: false,
+                log_y: false,
+            },
+            series: vec![plots::Series {
+                name: "dead tuples".into(),
+                points: soak.samples.clone(),
+                points_only: false,
+            }],
+            markers: vec![],
+        }],
+    )?;
+    w.plots.push(file);
+    w.notes.push(
+        "The no-op sink is a loopback HTTP receiver in the harness answering 204 at once; the \
+         server has no in-process no-op channel, so the in-process variant is N/A."
+            .into(),
+    );
+    w.notes.push(
+        "Lag is enqueue-to-delivery (created_at to sent_at); the claim time is not stored.".into(),
+    );
+    w.figure(
+        "workers",
+        WORKERS
+            .iter()
+            .enumerate()
+            .map(|(wi, &n)| json!({"workers": n, "deliveries_per_sec": service[wi], "store_only_per_sec": baseline[wi]}))
+            .collect::<Vec<_>>(),
+    );
+    w.figure(
+        "soak",
+        json!({
+            "rate": rate,
+            "seconds": ctx.tier.soak.as_secs_f64(),
+            "lag_p50_ms": soak.lag_p50_ms,
+            "lag_p99_ms": soak.lag_p99_ms,
+            "dead_tuples": soak.samples.iter().map(|s| json!([s.0, s.1])).collect::<Vec<_>>(),
+            "delivered": soak.delivered,
+            "autovacuum_runs": soak.autovacuums,
+            "live_rows_at_start": soak.live_before,
+        }),
+    );
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+struct Soak {
+    lag_p50_ms: f64,
+    lag_p99_ms: f64,
+    /// (seconds, dead tuples)
+    samples: Vec<(f64, f64)>,
+    delivered: i64,
+    /// Autovacuum runs on `deliveries` during the soak.
+    autovacuums: i64,
+    /// Live rows in `deliveries` when the soak began (autovacuum's threshold
+    /// is 50 + 20% of them by default).
+    live_before: i64,
+}
+
+async fn soak(ctx: &Ctx, endpoint: Uuid, rate: f64) -> anyhow::Result<Soak> {
+    let workers = start_workers(ctx, 2).await?;
+    let vacuums_before = crate::pg::autovacuum_count(&ctx.pool, "deliveries").await?;
+    let (live_before, _) = crate::pg::dead_tuples(&ctx.pool, "deliveries").await?;
+    let started_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&ctx.pool)
+        .await?;
+    let t0 = Instant::now();
+    let tick = Duration::from_millis(100);
+    let per_tick = (rate * tick.as_secs_f64()).max(1.0);
+    let mut owed = 0.0;
+    let mut samples = vec![];
+    let mut next_sample = Duration::ZERO;
+    let mut i = 0u64;
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    while t0.elapsed() < ctx.tier.soak {
+        interval.tick().await;
+        owed += per_tick;
+        let n = owed.floor() as i64;
+        owed -= n as f64;
+        if n > 0 {
+            i += 1;
+            enqueue(ctx, endpoint, n, &format!("soak-{i}")).await?;
+        }
+        if t0.elapsed() >= next_sample {
+            let (_, dead) = crate::pg::dead_tuples(&ctx.pool, "deliveries").await?;
+            samples.push((t0.elapsed().as_secs_f64(), dead as f64));
+            next_sample += ctx.tier.soak / 30;
+        }
+    }
+    wait_drained(ctx, Duration::from_secs(120)).await?;
+    let autovacuums = crate::pg::autovacuum_count(&ctx.pool, "deliveries").await? - vacuums_before;
+    for worker in workers {
+        worker.stop().await;
+    }
+    let lags: Vec<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM sent_at - created_at)::float8 * 1000
+         FROM deliveries WHERE tenant_id = $1 AND created_at >= $2 AND status = 'sent'",
+    )
+    .bind(tenant_uuid(TENANT))
+    .bind(started_at)
+    .fetch_all(&ctx.pool)
+    .await?;
+    Ok(Soak {
+        lag_p50_ms: percentile(&lags, 50.0),
+        lag_p99_ms: percentile(&lags, 99.0),
+        samples,
+        delivered: lags.len() as i64,
+        autovacuums,
+        live_before,
+    })
+}

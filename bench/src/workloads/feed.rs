@@ -1,0 +1,324 @@
+//! Workload 1, feed read: GET /v1/feed (first page with limit 20 and 50, a page
+//! 100 deep) and GET /v1/feed/counts, each against `pgbench -M prepared` of the
+//! statement the server runs for it (bench/sql/feed_page.sql, feed_counts.sql,
+//! kept identical to the server's by a test) with the same parameters, and the
+//! first page against GET /healthz (the framework's ceiling). Interleaved
+//! A B C per repetition; then open-loop latency at half of each maximum, and
+//! round trips per request from pg_stat_statements.
+//!
+//! The reader is one user, the same for the service and pgbench: in tenant 0, a
+//! member of the hottest team (team-0, the big one) with the most memberships
+//! (ties: the smallest id) — the most expensive kind of feed in the data set.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::json;
+use tidings_core::Position;
+use uuid::Uuid;
+
+use super::{fmt_ms, pg_array, rps, user_token, Ctx};
+use crate::{
+    loadgen::{HttpRequest, Measure},
+    pg,
+    report::{Aim, Ratio, Table, WorkloadResult},
+    seed::tenant_uuid,
+    stats::Spread,
+};
+
+struct Variant {
+    name: &'static str,
+    path: String,
+    script: &'static str,
+    vars: Vec<(String, String)>,
+}
+
+pub struct Reader {
+    pub tenant: Uuid,
+    pub user_id: String,
+    pub teams: Vec<String>,
+    pub joined_tx: Vec<i64>,
+    pub joined_id: Vec<i64>,
+}
+
+pub async fn pick_reader(ctx: &Ctx) -> anyhow::Result<Reader> {
+    let tenant = tenant_uuid(0);
+    let user_id: String = sqlx::query_scalar(
+        "SELECT m.user_id FROM memberships m
+         WHERE m.tenant_id = $1
+           AND EXISTS (SELECT 1 FROM memberships b
+                       WHERE b.tenant_id = $1 AND b.team_id = 'team-0' AND b.user_id = m.user_id)
+         GROUP BY m.user_id ORDER BY count(*) DESC, m.user_id LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_one(&ctx.pool)
+    .await
+    .context("picking the feed reader")?;
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT team_id, joined_tx, joined_id FROM memberships
+         WHERE tenant_id = $1 AND user_id = $2 ORDER BY team_id",
+    )
+    .bind(tenant)
+    .bind(&user_id)
+    .fetch_all(&ctx.pool)
+    .await?;
+    Ok(Reader {
+        tenant,
+        user_id,
+        teams: rows.iter().map(|r| r.0.clone()).collect(),
+        joined_tx: rows.iter().map(|r| r.1).collect(),
+        joined_id: rows.iter().map(|r| r.2).collect(),
+    })
+}
+
+impl Reader {
+    /// pgbench variables of the feed statements (see server/src/store/feed.rs:
+    /// $1 tenant, $2 user, $3–$5 teams, $6 badge cap + 1, $7/$8 after, $9/$10
+    /// before, $11 limit + 1).
+    fn vars(&self, before: Option<Position>, limit: Option<u32>) -> Vec<(String, String)> {
+        let before = before.unwrap_or(Position::new(i64::MAX, i64::MAX));
+        let mut v = vec![
+            ("p1".to_string(), self.tenant.to_string()),
+            ("p2".to_string(), self.user_id.clone()),
+            ("p3".to_string(), pg_array(&self.teams)),
+            ("p4".to_string(), pg_array(&self.joined_tx)),
+            ("p5".to_string(), pg_array(&self.joined_id)),
+            (
+                "p6".to_string(),
+                (i64::from(tidings_core::BADGE_CAP) + 1).to_string(),
+            ),
+        ];
+        if let Some(limit) = limit {
+            v.extend([
+                ("p7".to_string(), "0".to_string()),
+                ("p8".to_string(), "0".to_string()),
+                ("p9".to_string(), before.tx.to_string()),
+                ("p10".to_string(), before.id.to_string()),
+                ("p11".to_string(), (i64::from(limit) + 1).to_string()),
+            ]);
+        }
+        v
+    }
+}
+
+async fn walk_pages(
+    ctx: &Ctx,
+    token: &str,
+    limit: u32,
+    pages: usize,
+) -> anyhow::Result<Option<Position>> {
+    let mut before: Option<String> = None;
+    for _ in 0..pages {
+        let mut url = format!("{}?limit={limit}", ctx.server.url("/v1/feed"));
+        if let Some(b) = &before {
+            url.push_str(&format!("&before={b}"));
+        }
+        let page: serde_json::Value = ctx
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        match page["next_before"].as_str() {
+            Some(next) => before = Some(next.to_string()),
+            None => return Ok(None),
+        }
+    }
+    Ok(before.map(|b| Position::from_cursor(&b)).transpose()?)
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let started = Instant::now();
+    if !ctx.seeded.has_feed_tables
+        || !ctx
+            .route_exists(reqwest::Method::GET, "/v1/feed/counts")
+            .await?
+    {
+        return Ok(WorkloadResult::skipped(
+            "feed",
+            "GET /v1/feed is not on this branch yet",
+        ));
+    }
+    let mut w = WorkloadResult::new("feed");
+    let reader = pick_reader(ctx).await?;
+    let token = user_token(0, &reader.user_id)?;
+    let deep_pages = if ctx.tier.events >= 1_000_000 { 99 } else { 20 };
+    let deep = walk_pages(ctx, &token, 20, deep_pages)
+        .await?
+        .context("the reader's feed is shorter than the deep page")?;
+    let feed_url = ctx.server.url("/v1/feed");
+    let variants = [
+        Variant {
+            name: "first page, limit 20",
+            path: format!("{feed_url}?limit=20"),
+            script: "feed_page",
+            vars: reader.vars(None, Some(20)),
+        },
+        Variant {
+            name: "first page, limit 50",
+            path: format!("{feed_url}?limit=50"),
+            script: "feed_page",
+            vars: reader.vars(None, Some(50)),
+        },
+        Variant {
+            name: format_deep(deep_pages),
+            path: format!("{feed_url}?limit=20&before={}", deep.to_cursor()),
+            script: "feed_page",
+            vars: reader.vars(Some(deep), Some(20)),
+        },
+        Variant {
+            name: "counts",
+            path: ctx.server.url("/v1/feed/counts"),
+            script: "feed_counts",
+            vars: reader.vars(None, None),
+        },
+    ];
+    let healthz = HttpRequest::get(ctx.server.url("/healthz"));
+
+    let mut service: Vec<Vec<Measure>> = vec![vec![]; variants.len()];
+    let mut baseline: Vec<Vec<Measure>> = vec![vec![]; variants.len()];
+    let mut statics = vec![];
+    let mut round_trips = vec![0.0; variants.len()];
+    let mut membership_loads = vec![0.0; variants.len()];
+    let mut statements = vec![];
+    for rep in 0..ctx.tier.reps {
+        eprintln!("  feed rep {}/{}", rep + 1, ctx.tier.reps);
+        for (i, v) in variants.iter().enumerate() {
+            let req = HttpRequest::get(&v.path).bearer(&token);
+            let script = ctx.pgbench_script(v.script, &[], &[])?;
+            if rep == 0 {
+                pg::reset_statements(&ctx.pool).await?;
+            }
+            let m = ctx.max(&req).await?;
+            if rep == 0 {
+                let (trips, stmts) = pg::round_trips(&ctx.pool, m.requests).await?;
+                round_trips[i] = trips;
+                // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0.000".
+                membership_loads[i] = stmts
+                    .iter()
+                    .filter(|s| s.query.contains("FROM memberships"))
+                    .map(|s| s.calls as f64)
+                    .sum::<f64>()
+                    / m.requests.max(1.0)
+                    + 0.0;
+                statements.push(json!({"variant": v.name, "statements": stmts}));
+            }
+            service[i].push(m);
+            baseline[i].push(ctx.pgbench(&script, &v.vars).await?);
+        }
+        statics.push(ctx.max(&healthz).await?);
+    }
+
+    let mut latency = vec![];
+    for (i, v) in variants.iter().enumerate() {
+        let req = HttpRequest::get(&v.path).bearer(&token);
+        let half = Spread::of(&rps(&service[i])).median / 2.0;
+        latency.push((half, ctx.at_rate(&req, half).await?));
+    }
+
+    w.ratios.push(Ratio::new(
+        "feed service overhead",
+        "GET /v1/feed?limit=20 req/s",
+        "pgbench of the feed SQL",
+        Some(0.5),
+        &rps(&service[0]),
+        &rps(&baseline[0]),
+    ));
+    w.ratios.push(Ratio::new(
+        "framework ceiling",
+        "GET /v1/feed?limit=20 req/s",
+        "GET /healthz req/s",
+        None,
+        &rps(&service[0]),
+        &rps(&statics),
+    ));
+    if let Some(p99) = latency[0].1.p99_ms {
+        w.aims.push(Aim::below(
+            "feed first page p99 at half the maximum rate",
+            p99,
+            "ms",
+            10.0,
+        ));
+    }
+
+    let mut t = Table::new(
+        "Feed read: maximum (closed loop), pgbench of the same SQL, latency at 50% of the maximum (open loop)",
+        &[
+            "request",
+            "service req/s",
+            "pgbench tps",
+            "ratio",
+            "rate",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "DB round trips/req",
+            "membership loads/req",
+        ],
+    );
+    for (i, v) in variants.iter().enumerate() {
+        let ratio: Vec<f64> = rps(&service[i])
+            .iter()
+            .zip(rps(&baseline[i]))
+            .map(|(a, b)| a / b)
+            .collect();
+        t.row(vec![
+            v.name.to_string(),
+            Spread::of(&rps(&service[i])).show(0),
+            Spread::of(&rps(&baseline[i])).show(0),
+            Spread::of(&ratio).show(2),
+            format!("{:.0}", latency[i].0),
+            fmt_ms(latency[i].1.p50_ms),
+            fmt_ms(latency[i].1.p99_ms),
+            fmt_ms(latency[i].1.p999_ms),
+            format!("{:.2}", round_trips[i]),
+            format!("{:.3}", membership_loads[i]),
+        ]);
+    }
+    w.tables.push(t);
+    w.notes.push(format!(
+        "Reader: {} in tenant 0, member of {} teams including team-0; the deep page starts {} items down.",
+        reader.user_id,
+        reader.teams.len(),
+        deep_pages * 20
+    ));
+    w.notes.push(
+        "Cache on/off: N/A — the server has no switch to disable its membership cache (moka, \
+         invalidated by LISTEN/NOTIFY); the hit ratio is 1 − membership loads/req above."
+            .into(),
+    );
+    w.figure(
+        "variants",
+        variants
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                json!({
+                    "name": v.name,
+                    "service_max": service[i],
+                    "pgbench": baseline[i],
+                    "rate_at_half_max": latency[i].0,
+                    "latency_at_half_max": latency[i].1,
+                    "round_trips_per_request": round_trips[i],
+                    "membership_loads_per_request": membership_loads[i],
+                })
+            })
+            .collect::<Vec<_>>(),
+    );
+    w.figure("healthz_max", &statics);
+    w.figure("reader_teams", reader.teams.len());
+    w.figure("notes_statements", statements);
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+fn format_deep(pages: usize) -> &'static str {
+    if pages >= 99 {
+        "page 100, limit 20"
+    } else {
+        "page 21, limit 20"
+    }
+}

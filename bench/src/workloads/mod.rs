@@ -1,0 +1,188 @@
+//! The workloads. Each returns a `WorkloadResult`; a failure of one is recorded
+//! and the others still run.
+
+pub mod drain;
+pub mod fanout;
+pub mod feed;
+pub mod health;
+pub mod ingest;
+pub mod mixed;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use crate::{
+    loadgen::{HttpRequest, Load, Measure, Tools},
+    pg::Target,
+    seed::Seeded,
+    server::Tidings,
+    sqlfile::SqlFile,
+    tier::Tier,
+};
+
+pub struct Ctx {
+    pub tier: Tier,
+    pub target: Target,
+    pub pool: PgPool,
+    pub tools: Tools,
+    pub server: Tidings,
+    pub bin: PathBuf,
+    pub repo: PathBuf,
+    /// Scratch: generated pgbench/wrk scripts, body files, logs.
+    pub work_dir: PathBuf,
+    /// Where PNGs go, and the stem their names start with.
+    pub plot_dir: PathBuf,
+    pub plot_stem: String,
+    pub seeded: Seeded,
+    pub http: reqwest::Client,
+    /// The no-op webhook sink (answers 204 at once).
+    pub sink_url: String,
+    pub sink_count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Ctx {
+    pub fn sink_received(&self) -> u64 {
+        self.sink_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn plot_path(&self, name: &str) -> (PathBuf, String) {
+        let file = format!("{}-{name}.png", self.plot_stem);
+        (self.plot_dir.join(&file), file)
+    }
+
+    /// Writes a pgbench script rendered from bench/sql/<name>.sql.
+    pub fn pgbench_script(
+        &self,
+        name: &str,
+        prefix: &[&str],
+        suffix: &[&str],
+    ) -> anyhow::Result<PathBuf> {
+        let file = SqlFile::load(&self.repo.join("bench/sql").join(format!("{name}.sql")))?;
+        let path = self.work_dir.join(format!("{name}.pgbench.sql"));
+        std::fs::write(&path, file.pgbench_script(prefix, suffix))?;
+        Ok(path)
+    }
+
+    pub async fn max(&self, req: &HttpRequest) -> anyhow::Result<Measure> {
+        self.tools
+            .oha(
+                req,
+                Load::Max {
+                    connections: self.tier.connections,
+                },
+                self.tier.measure,
+            )
+            .await
+    }
+
+    /// wrk, closed loop, with a generated Lua script.
+    pub async fn wrk(&self, script: &Path) -> anyhow::Result<Measure> {
+        self.tools
+            .wrk(
+                &self.server.base_url,
+                script,
+                self.tier.connections,
+                self.tier.measure,
+            )
+            .await
+    }
+
+    /// Open loop at `per_sec` (corrected for coordinated omission).
+    pub async fn at_rate(&self, req: &HttpRequest, per_sec: f64) -> anyhow::Result<Measure> {
+        self.tools
+            .oha(
+                req,
+                Load::Rate {
+                    // Enough connections that the rate, not the pool, sets the pace.
+                    connections: (self.tier.connections * 4).max(16),
+                    per_sec,
+                },
+                self.tier.latency_measure,
+            )
+            .await
+    }
+
+    pub async fn pgbench(
+        &self,
+        script: &Path,
+        vars: &[(String, String)],
+    ) -> anyhow::Result<Measure> {
+        self.tools
+            .pgbench(
+                &self.target,
+                script,
+                self.tier.connections,
+                self.tier.measure,
+                vars,
+            )
+            .await
+    }
+
+    /// Does the running server answer this path (anything but 404/405)?
+    pub async fn route_exists(&self, method: reqwest::Method, path: &str) -> anyhow::Result<bool> {
+        let status = self
+            .http
+            .request(method, self.server.url(path))
+            .send()
+            .await
+            .with_context(|| format!("probing {path}"))?
+            .status();
+        Ok(status != reqwest::StatusCode::NOT_FOUND
+            && status != reqwest::StatusCode::METHOD_NOT_ALLOWED)
+    }
+}
+
+pub fn rps(ms: &[Measure]) -> Vec<f64> {
+    ms.iter().map(|m| m.requests_per_sec).collect()
+}
+
+pub fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+pub fn fmt_ms(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.2}"),
+        _ => "—".into(),
+    }
+}
+
+/// A user token for bench tenant `tenant`, minted the way a tenant's backend
+/// would (HS256 with the tenant's signing secret).
+pub fn user_token(tenant: i64, user_id: &str) -> anyhow::Result<String> {
+    #[derive(serde::Serialize)]
+    struct Claims<'a> {
+        sub: &'a str,
+        tid: String,
+        exp: i64,
+    }
+    let claims = Claims {
+        sub: user_id,
+        tid: crate::seed::tenant_uuid(tenant).to_string(),
+        exp: chrono::Utc::now().timestamp() + 24 * 3600,
+    };
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(crate::seed::signing_secret(tenant).as_bytes()),
+    )?)
+}
+
+/// A PostgreSQL array literal for pgbench's `-D` (`{a,b}`; quoted elements).
+pub fn pg_array<T: std::fmt::Display>(items: &[T]) -> String {
+    let inner: Vec<String> = items
+        .iter()
+        .map(|i| {
+            format!(
+                "\"{}\"",
+                i.to_string().replace('\\', "\\\\").replace('"', "\\\"")
+            )
+        })
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
