@@ -236,6 +236,10 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
     ),
     (413, "The request body exceeds the configured limit."),
     (
+        415,
+        "The request body is not `application/json` (or the Content-Type header is missing).",
+    ),
+    (
         422,
         "Well-formed but invalid (e.g. an idempotency key reused with another body).",
     ),

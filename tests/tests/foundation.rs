@@ -280,3 +280,158 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
         .unwrap();
     assert_eq!(tenants, 0);
 }
+
+/// The documented schema of a 200/201 JSON response of `method path`.
+fn response_schema<'a>(spec: &'a Value, path: &str, method: &str) -> &'a Value {
+    let responses = &spec["paths"][path][method]["responses"];
+    let ok = ["200", "201"]
+        .iter()
+        .map(|s| &responses[*s])
+        .find(|r| !r.is_null())
+        .unwrap_or_else(|| panic!("{method} {path}: no 200/201 response documented"));
+    let schema = &ok["content"]["application/json; charset=utf-8"]["schema"];
+    let reference = schema["$ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{method} {path}: response is not a $ref: {schema}"));
+    let name = reference.trim_start_matches("#/components/schemas/");
+    &spec["components"]["schemas"][name]
+}
+
+#[tokio::test]
+async fn fields_answered_as_null_are_documented_nullable() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let tenant = app.create_tenant().await;
+    let token = app.user_token(&tenant, "user-1").await;
+    let spec: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    app.client
+        .put(app.url("/v1/users/user-1"))
+        .bearer_auth(&tenant.api_key)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    // Empty feed, no watermarks, last pages, a user without contact data: each
+    // answer carries nulls.
+    let calls: [(&str, &str, &str, &str); 6] = [
+        ("get", "/v1/feed", "/v1/feed", &token),
+        ("post", "/v1/feed/seen", "/v1/feed/seen", &token),
+        (
+            "get",
+            "/v1/teams/{team_id}/members",
+            "/v1/teams/t/members",
+            &tenant.api_key,
+        ),
+        ("get", "/v1/deliveries", "/v1/deliveries", &tenant.api_key),
+        (
+            "get",
+            "/v1/users/{user_id}",
+            "/v1/users/user-1",
+            &tenant.api_key,
+        ),
+        (
+            "get",
+            "/v1/webhook-endpoints",
+            "/v1/webhook-endpoints",
+            &tenant.api_key,
+        ),
+    ];
+    let mut nulls_seen = 0;
+    for (method, template, path, credential) in calls {
+        let req = match method {
+            "get" => app.client.get(app.url(path)),
+            _ => app.client.post(app.url(path)).json(&serde_json::json!({})),
+        };
+        let resp = req.bearer_auth(credential).send().await.unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{method} {path}: {}",
+            resp.status()
+        );
+        let body: Value = resp.json().await.unwrap();
+        let schema = response_schema(&spec, template, method);
+        let Some(fields) = body.as_object() else {
+            continue;
+        };
+        for (field, value) in fields {
+            if value.is_null() {
+                nulls_seen += 1;
+                assert_eq!(
+                    schema["properties"][field]["nullable"], true,
+                    "{method} {path} answers {field}: null, but its schema says {}",
+                    schema["properties"][field]
+                );
+            }
+        }
+    }
+    assert!(
+        nulls_seen >= 6,
+        "the calls should answer nulls: {nulls_seen}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_operation() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let tenant = app.create_tenant().await;
+    let token = app.user_token(&tenant, "user-1").await;
+    let spec: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    for (template, operations) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            if operation["requestBody"].is_null() {
+                continue;
+            }
+            let credential = match operation["security"][0].as_object() {
+                Some(s) if s.contains_key("AdminAuth") => tidings_tests::ADMIN_TOKEN,
+                Some(s) if s.contains_key("UserTokenAuth") => token.as_str(),
+                _ => tenant.api_key.as_str(),
+            };
+            let path = template
+                .split('/')
+                .map(|seg| {
+                    if seg.starts_with('{') {
+                        "00000000-0000-0000-0000-000000000000"
+                    } else {
+                        seg
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            let method_name = method.to_uppercase();
+            let resp = app
+                .client
+                .request(method_name.parse().unwrap(), app.url(&path))
+                .bearer_auth(credential)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            expect_problem(resp, 415).await;
+            let documented = &operation["responses"]["415"]["content"]["application/problem+json"];
+            assert!(
+                !documented.is_null(),
+                "{method_name} {template} answers 415 but does not document it"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "operations with a body: {checked}");
+}

@@ -8,6 +8,7 @@ pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
+mod nullable;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -95,7 +96,9 @@ pub fn service(state: &AppState) -> OpenApiService<impl poem_openapi::OpenApi, (
 
 /// The OpenAPI document, exactly as `tidings openapi` prints and `/openapi.json` serves.
 pub fn openapi_json() -> String {
-    let mut json = service(&AppState::offline()).spec();
+    let spec = service(&AppState::offline()).spec();
+    let mut json = nullable::make_optional_properties_nullable(&spec)
+        .expect("poem-openapi generates valid JSON");
     json.push('\n');
     json
 }
