@@ -125,11 +125,29 @@ pub struct AppOptions {
     pub no_database_url: bool,
 }
 
+impl AppOptions {
+    /// Options that only add environment variables.
+    pub fn env<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        AppOptions {
+            env: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
 impl TestApp {
     /// A fresh database and a server on it.
     pub async fn spawn() -> anyhow::Result<(TestApp, TestDb)> {
+        TestApp::spawn_with(AppOptions::default()).await
+    }
+
+    /// A fresh database and a server on it, started with `opts`.
+    pub async fn spawn_with(opts: AppOptions) -> anyhow::Result<(TestApp, TestDb)> {
         let db = TestDb::create().await?;
-        let app = TestApp::spawn_on(&db.url, AppOptions::default()).await?;
+        let app = TestApp::spawn_on(&db.url, opts).await?;
         Ok((app, db))
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::Response;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tidings_tests::{expect_problem, AppOptions, TestApp, TestDb, TestTenant};
+use tidings_tests::{expect_problem, AppOptions, TestApp, TestTenant};
 
 async fn post_alert(
     app: &TestApp,
@@ -123,12 +123,9 @@ fn invoice_alert(recipients: &[&str], channels: &[&str]) -> Value {
 async fn one_event_on_three_channels_for_three_recipients_makes_nine_deliveries() {
     // Workers off: this test looks at what the alert's transaction wrote, before
     // any delivery attempt changes it (tests/tests/end_to_end.rs delivers).
-    let db = TestDb::create().await.unwrap();
-    let opts = AppOptions {
-        env: vec![("TIDINGS_OUTBOX_WORKERS".into(), "0".into())],
-        ..Default::default()
-    };
-    let app = TestApp::spawn_on(&db.url, opts).await.unwrap();
+    let (app, db) = TestApp::spawn_with(AppOptions::env([("TIDINGS_OUTBOX_WORKERS", "0")]))
+        .await
+        .unwrap();
     let pool = db.pool().await.unwrap();
     let tenant = app.create_tenant().await;
     for user in ["ann", "bob", "cat"] {
@@ -568,12 +565,9 @@ async fn an_idempotency_key_in_flight_is_409_reused_with_another_body_is_422_and
 
 #[tokio::test]
 async fn a_crashed_first_requests_key_is_taken_over_after_its_lease() {
-    let db = TestDb::create().await.unwrap();
-    let opts = AppOptions {
-        env: vec![("TIDINGS_IDEMPOTENCY_LEASE_SECS".into(), "1".into())],
-        ..Default::default()
-    };
-    let app = TestApp::spawn_on(&db.url, opts).await.unwrap();
+    let (app, db) = TestApp::spawn_with(AppOptions::env([("TIDINGS_IDEMPOTENCY_LEASE_SECS", "1")]))
+        .await
+        .unwrap();
     let pool = db.pool().await.unwrap();
     let tenant = app.create_tenant().await;
     let alert = invoice_alert(&["ann"], &["in_app"]);
@@ -633,18 +627,10 @@ async fn a_crashed_first_requests_key_is_taken_over_after_its_lease() {
 
 #[tokio::test]
 async fn idempotency_keys_are_purged_after_their_retention() {
-    let db = TestDb::create().await.unwrap();
-    let env = vec![
-        ("TIDINGS_IDEMPOTENCY_RETENTION_SECS".into(), "1".into()),
-        ("TIDINGS_IDEMPOTENCY_PURGE_INTERVAL_SECS".into(), "1".into()),
-    ];
-    let app = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env,
-            ..Default::default()
-        },
-    )
+    let (app, db) = TestApp::spawn_with(AppOptions::env([
+        ("TIDINGS_IDEMPOTENCY_RETENTION_SECS", "1"),
+        ("TIDINGS_IDEMPOTENCY_PURGE_INTERVAL_SECS", "1"),
+    ]))
     .await
     .unwrap();
     let pool = db.pool().await.unwrap();
@@ -716,18 +702,10 @@ async fn small_teams_are_expanded_inline() {
 
 #[tokio::test]
 async fn large_teams_are_expanded_in_background_batches_exactly_once_per_key() {
-    let db = TestDb::create().await.unwrap();
-    let env = vec![
-        ("TIDINGS_FANOUT_INLINE_MAX".into(), "10".into()),
-        ("TIDINGS_FANOUT_BATCH_SIZE".into(), "7".into()),
-    ];
-    let app = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env,
-            ..Default::default()
-        },
-    )
+    let (app, db) = TestApp::spawn_with(AppOptions::env([
+        ("TIDINGS_FANOUT_INLINE_MAX", "10"),
+        ("TIDINGS_FANOUT_BATCH_SIZE", "7"),
+    ]))
     .await
     .unwrap();
     let pool = db.pool().await.unwrap();

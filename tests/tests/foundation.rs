@@ -4,7 +4,7 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::Value;
-use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp, TestDb};
+use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp};
 
 #[tokio::test]
 async fn health_is_ok_and_ready_once_migrated() {
@@ -82,7 +82,11 @@ async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
 
 #[tokio::test]
 async fn oversized_bodies_get_413_whether_declared_or_streamed() {
-    let (app, _db) = TestApp::spawn_with_limit(1024).await;
+    let opts = AppOptions {
+        args: vec!["--max-body-bytes".into(), "1024".into()],
+        ..Default::default()
+    };
+    let (app, _db) = TestApp::spawn_with(opts).await.unwrap();
     let big = vec![b'x'; 4096];
     let resp = app
         .client
@@ -106,21 +110,6 @@ async fn oversized_bodies_get_413_whether_declared_or_streamed() {
         .await
         .unwrap();
     expect_problem(resp, 413).await;
-}
-
-trait SpawnWithLimit {
-    async fn spawn_with_limit(limit: usize) -> (TestApp, TestDb);
-}
-
-impl SpawnWithLimit for TestApp {
-    async fn spawn_with_limit(limit: usize) -> (TestApp, TestDb) {
-        let db = TestDb::create().await.unwrap();
-        let opts = AppOptions {
-            args: vec!["--max-body-bytes".into(), limit.to_string()],
-            ..Default::default()
-        };
-        (TestApp::spawn_on(&db.url, opts).await.unwrap(), db)
-    }
 }
 
 #[test]
