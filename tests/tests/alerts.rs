@@ -579,7 +579,8 @@ async fn a_crashed_first_requests_key_is_taken_over_after_its_lease() {
         .await
         .unwrap();
     // The first request takes the key and then hangs on the lock past its lease.
-    let slow = {
+    // The same request under Idempotency-Key "k", sent in the background.
+    let post_in_background = || {
         let client = app.client.clone();
         let (url, key, alert) = (app.url("/v1/alerts"), tenant.api_key.clone(), alert.clone());
         tokio::spawn(async move {
@@ -593,22 +594,10 @@ async fn a_crashed_first_requests_key_is_taken_over_after_its_lease() {
                 .unwrap()
         })
     };
+    let slow = post_in_background();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The retry takes the expired lease over, and also waits for the lock.
-    let retry = {
-        let client = app.client.clone();
-        let (url, key, alert) = (app.url("/v1/alerts"), tenant.api_key.clone(), alert.clone());
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(key)
-                .header("Idempotency-Key", "k")
-                .json(&alert)
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let retry = post_in_background();
     tokio::time::sleep(Duration::from_millis(300)).await;
     blocker.rollback().await.unwrap();
     let (slow, retry) = (slow.await.unwrap(), retry.await.unwrap());
