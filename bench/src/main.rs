@@ -326,7 +326,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
     for w in &run.workloads {
         for file in &w.plots {
             let path = out_dir.join(file);
-            if file.ends_with("-ratios.png") {
+            if report::is_run_ratio_chart(file) {
                 let ratios: Vec<_> = run
                     .workloads
                     .iter()

@@ -379,18 +379,14 @@ fn ratio_table(ratios: &[&Ratio], run: Option<&[String]>) -> String {
     let extra = if run.is_some() { " run |" } else { "" };
     let _ = writeln!(
         md,
-        "| ratio | numerator | denominator | median (min–max) | target | met |{extra}\n|---|---|---|---|---|---|{}",
+        "| ratio | median (min–max) | target | met | numerator | denominator |{extra}\n|---|---|---|---|---|---|{}",
         if run.is_some() { "---|" } else { "" }
     );
     for (i, r) in ratios.iter().enumerate() {
         let _ = writeln!(
             md,
-            "| {} | {} = {} | {} = {} | **{}** | {} | {} |{}",
+            "| {} | **{}** | {} | {} | {} = {} | {} = {} |{}",
             r.name,
-            r.numerator,
-            r.numerator_values.show(0),
-            r.denominator,
-            r.denominator_values.show(0),
             r.ratio.show(2),
             r.target
                 .map(|t| format!("≥ {t}"))
@@ -400,6 +396,10 @@ fn ratio_table(ratios: &[&Ratio], run: Option<&[String]>) -> String {
                 Some(false) => "**no**",
                 None => "—",
             },
+            r.numerator,
+            r.numerator_values.show(0),
+            r.denominator,
+            r.denominator_values.show(0),
             run.map(|runs| format!(" {} |", runs[i]))
                 .unwrap_or_default()
         );
@@ -467,6 +467,11 @@ fn workload_section(w: &WorkloadResult, plot_dir_rel: &str, from: Option<&str>) 
         let _ = writeln!(md, "- {n}");
     }
     md
+}
+
+/// A run's own chart of its ratios (`<stem>-ratios.png`).
+pub fn is_run_ratio_chart(file: &str) -> bool {
+    file.ends_with("-ratios.png")
 }
 
 /// A results file read back: its name stem and contents.
@@ -583,7 +588,7 @@ pub fn readme_block(
     }
     let _ = writeln!(md, "\n**Plots**\n");
     for (run, w) in latest {
-        for p in &w.plots {
+        for p in w.plots.iter().filter(|p| !is_run_ratio_chart(p)) {
             let _ = writeln!(
                 md,
                 "- {}: [{p}]({plot_dir_rel}/{p}) (run {})",
@@ -608,8 +613,11 @@ pub fn readme_block(
         );
     }
     for (run, w) in latest {
+        // The overview chart above replaces each run's own ratio chart.
+        let mut w = (*w).clone();
+        w.plots.retain(|p| !is_run_ratio_chart(p));
         md.push_str(&workload_section(
-            w,
+            &w,
             plot_dir_rel,
             Some(&format!(
                 "run {} ({})",

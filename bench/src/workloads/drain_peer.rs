@@ -26,10 +26,11 @@
 //! own payload as in pgmq), VACUUM ANALYZE, CHECKPOINT (so every system pays the
 //! full-page images of its first touch alike), then `n` loops, each on its own
 //! connection, read/claim a batch of 100 and archive/delete/complete it until
-//! nothing is left. Measured per run: messages/s; WAL bytes (flush LSN before and
-//! after); WAL records by type over that range (`pg_waldump --stats=record`):
-//! B-tree insertions, heap inserts, updates, HOT updates, deletes; dead tuples
-//! right after the run; table and index sizes.
+//! nothing is left. Measured per run: messages/s; database execution time of the
+//! statements that take and finish work (pg_stat_statements); WAL bytes (flush
+//! LSN before and after); WAL records by type over that range (`pg_waldump
+//! --stats=record`): B-tree insertions, heap inserts, updates, HOT updates,
+//! deletes; dead tuples right after the run; table and index sizes.
 //!
 //! Driver: sqlx for every system (extended protocol with prepared statements,
 //! as `pgbench -M prepared`), since pgbench cannot carry a claim's rows into the
@@ -600,6 +601,41 @@ async fn wal_records(
 }
 
 /// One measured run.
+/// Database execution time of the drain's statements (pg_stat_statements),
+/// split into taking work (pgmq read, the claim) and finishing it (archive,
+/// delete, the completion), in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct StatementTime {
+    take_ms: f64,
+    finish_ms: f64,
+    take_calls: i64,
+    finish_calls: i64,
+}
+
+async fn statement_time(pool: &PgPool) -> anyhow::Result<StatementTime> {
+    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+        "SELECT query, calls, total_exec_time
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database()",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut t = StatementTime::default();
+    for (query, calls, ms) in rows {
+        if query.contains("pgmq.read(") || query.contains("WITH active AS MATERIALIZED") {
+            t.take_ms += ms;
+            t.take_calls += calls;
+        } else if query.contains("pgmq.archive(")
+            || query.contains("pgmq.delete(")
+            || (query.contains("UPDATE deliveries") && query.contains("UNNEST("))
+        {
+            t.finish_ms += ms;
+            t.finish_calls += calls;
+        }
+    }
+    Ok(t)
+}
+
 struct Run {
     system: System,
     workers: usize,
@@ -609,6 +645,7 @@ struct Run {
     wal: WalRecords,
     before: TableStats,
     after: TableStats,
+    statements: StatementTime,
 }
 
 impl Run {
@@ -631,6 +668,11 @@ impl Run {
             "stat_hot_updates_per_msg": per(self.after.hot_updated - self.before.hot_updated),
             "stat_deletes_per_msg": per(self.after.deleted - self.before.deleted),
             "stat_inserts_per_msg": per(self.after.inserted - self.before.inserted),
+            // Server-side execution time per message, microseconds.
+            "take_exec_us_per_msg": self.statements.take_ms * 1000.0 / backlog as f64,
+            "finish_exec_us_per_msg": self.statements.finish_ms * 1000.0 / backlog as f64,
+            "take_calls": self.statements.take_calls,
+            "finish_calls": self.statements.finish_calls,
             // Every record type that is not noise, for the curious.
             "wal_records_per_msg": self
                 .wal
@@ -685,9 +727,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     .await
                     .with_context(|| format!("preparing {}", system.label()))?;
                 let before = table_stats(&ctx.pool, system).await?;
+                crate::pg::reset_statements(&ctx.pool).await?;
                 let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
                 let seconds = drain(ctx, system, workers, &statements).await?;
                 let (to, to_bytes) = flush_lsn(&ctx.pool).await?;
+                let statement_time = statement_time(&ctx.pool).await?;
                 verify(&ctx.pool, system, backlog).await?;
                 let after = table_stats(&ctx.pool, system).await?;
                 let wal = wal_records(ctx, &wal_dir, &from, &to).await?;
@@ -707,6 +751,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     wal,
                     before,
                     after,
+                    statements: statement_time,
                 });
             }
         }
@@ -811,6 +856,7 @@ fn summarise(
         "Cost per message (median over every run of the system, min–max)",
         &[
             "system",
+            "database time, µs (take + finish)",
             "WAL bytes",
             "of which full-page images",
             "B-tree insertions",
@@ -826,6 +872,11 @@ fn summarise(
         let mb = |key: &str| Spread::of(&samples(runs, s, None, key)).median / 1e6;
         t.row(vec![
             s.label().to_string(),
+            format!(
+                "{:.1} + {:.1}",
+                m("take_exec_us_per_msg").median,
+                m("finish_exec_us_per_msg").median
+            ),
             m("wal_bytes_per_msg").show(0),
             m("fpi_bytes_per_msg").show(0),
             m("btree_insert_records_per_msg").show(2),
@@ -954,7 +1005,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     };
     plots::panels(
         path,
-        (2, 2),
+        (2, 3),
         &[
             plots::Panel::Lines(plots::Chart {
                 axes: plots::Axes {
@@ -968,6 +1019,12 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                 markers: vec![],
                 x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
                 legend: Some(plots::SeriesLabelPosition::LowerRight),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Database time per message",
+                y_label: "µs of statement execution",
+                bars: bars("take_exec_us_per_msg", Some("finish_exec_us_per_msg")),
+                stack_names: Some(("read / claim", "archive, delete / complete")),
             }),
             plots::Panel::Bars(plots::BarChart {
                 title: "WAL bytes per message",
@@ -986,6 +1043,12 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                 y_label: "MB (tables + indexes)",
                 bars: mb(bars("table_bytes_after", Some("index_bytes_after"))),
                 stack_names: Some(("tables", "indexes")),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Dead tuples right after the drain",
+                y_label: "n_dead_tup (autovacuum on)",
+                bars: bars("dead_tuples_after", None),
+                stack_names: None,
             }),
         ],
     )
