@@ -539,6 +539,18 @@ fn draw_bars<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    if chart.bars.iter().all(|b| !b.value.is_finite()) {
+        // An older results file without this figure.
+        area.titled(chart.title, ("sans-serif", 20))
+            .map_err(err)?
+            .draw(&Text::new(
+                "not measured in this run",
+                (40, 60),
+                ("sans-serif", 16).into_font().color(&DARK),
+            ))
+            .map_err(err)?;
+        return Ok(());
+    }
     let n = chart.bars.len().max(1);
     let tops: Vec<f64> = chart
         .bars

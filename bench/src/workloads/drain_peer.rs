@@ -803,12 +803,10 @@ fn summarise(
 ) -> anyhow::Result<()> {
     let rate = |s: System, n: usize| samples(runs, s, Some(n), "per_sec");
     for &n in &WORKERS {
+        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
-            &format!(
-                "outbox ÷ pgmq archive, {n} worker{}",
-                if n == 1 { "" } else { "s" }
-            ),
-            &format!("Tidings claim + complete msgs/s ({n} workers)"),
+            &format!("outbox ÷ pgmq archive, {workers}"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
             "pgmq read + archive msgs/s",
             Some(1.0),
             &rate(System::Tidings, n),
