@@ -15,81 +15,11 @@ use tidings_core::{
 use uuid::Uuid;
 
 use crate::{
+    config::AlertsConfig,
     error::{ApiError, ApiResult},
     idempotency::{self, Begin, IdempotencyRequest, SavedResponse},
     store::{self, alerts as alert_store},
 };
-
-/// Alert and alert-adjacent settings (flags and environment of `serve`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct AlertsConfig {
-    /// Largest team expanded inside the alert's own transaction; larger teams are
-    /// expanded by a background worker.
-    #[arg(long, env = "TIDINGS_FANOUT_INLINE_MAX", default_value_t = FanoutThresholds::default().inline_max)]
-    pub fanout_inline_max: u64,
-    /// Members per background expansion batch (one transaction each).
-    #[arg(long, env = "TIDINGS_FANOUT_BATCH_SIZE", default_value_t = FanoutThresholds::default().batch_size)]
-    pub fanout_batch_size: u64,
-    /// How long a rotated-out webhook secret keeps signing, in seconds.
-    #[arg(long, env = "TIDINGS_WEBHOOK_ROTATION_GRACE_SECS", default_value_t = 24 * 3600)]
-    pub webhook_rotation_grace_secs: u64,
-    /// How long Idempotency-Key responses are kept, in seconds (at least a day in
-    /// production; tests shorten it).
-    #[arg(long, env = "TIDINGS_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
-    pub idempotency_retention_secs: u64,
-    /// How often expired Idempotency-Keys are purged, in seconds.
-    #[arg(
-        long,
-        env = "TIDINGS_IDEMPOTENCY_PURGE_INTERVAL_SECS",
-        default_value_t = 3600
-    )]
-    pub idempotency_purge_interval_secs: u64,
-    /// How long an in-flight Idempotency-Key blocks duplicates if its request dies.
-    #[arg(long, env = "TIDINGS_IDEMPOTENCY_LEASE_SECS", default_value_t = 60)]
-    pub idempotency_lease_secs: u64,
-    /// NATS server to consume alert requests from (JetStream). Unset: no consumer.
-    #[arg(long, env = "TIDINGS_NATS_URL")]
-    pub nats_url: Option<String>,
-    #[arg(long, env = "TIDINGS_NATS_STREAM", default_value = "TIDINGS_ALERTS")]
-    pub nats_stream: String,
-    #[arg(long, env = "TIDINGS_NATS_SUBJECT", default_value = "tidings.alerts")]
-    pub nats_subject: String,
-    /// Durable consumer name; every `serve` process shares it (work is split).
-    #[arg(long, env = "TIDINGS_NATS_DURABLE", default_value = "tidings-alerts")]
-    pub nats_durable: String,
-    /// Seconds before an unacknowledged message is redelivered.
-    #[arg(long, env = "TIDINGS_NATS_ACK_WAIT_SECS", default_value_t = 30)]
-    pub nats_ack_wait_secs: u64,
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        let t = FanoutThresholds::default();
-        AlertsConfig {
-            fanout_inline_max: t.inline_max,
-            fanout_batch_size: t.batch_size,
-            webhook_rotation_grace_secs: 24 * 3600,
-            idempotency_retention_secs: 24 * 3600,
-            idempotency_purge_interval_secs: 3600,
-            idempotency_lease_secs: 60,
-            nats_url: None,
-            nats_stream: "TIDINGS_ALERTS".into(),
-            nats_subject: "tidings.alerts".into(),
-            nats_durable: "tidings-alerts".into(),
-            nats_ack_wait_secs: 30,
-        }
-    }
-}
-
-impl AlertsConfig {
-    pub fn thresholds(&self) -> FanoutThresholds {
-        FanoutThresholds {
-            inline_max: self.fanout_inline_max,
-            batch_size: self.fanout_batch_size.max(1),
-            ..FanoutThresholds::default()
-        }
-    }
-}
 
 pub const MAX_RECIPIENTS: usize = 1000;
 pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
@@ -562,12 +492,6 @@ pub async fn submit_alert(
             }
             Err(err)
         }
-    }
-}
-
-impl AlertsConfig {
-    pub fn idempotency_lease(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.idempotency_lease_secs.max(1))
     }
 }
 

@@ -190,8 +190,8 @@ pub async fn purge_expired_keys(
 /// Purges Idempotency-Keys past their retention, periodically.
 pub async fn run_purge(state: crate::state::AppState, mut shutdown: crate::shutdown::Shutdown) {
     let config = &state.settings.alerts;
-    let retention = std::time::Duration::from_secs(config.idempotency_retention_secs);
-    let interval = std::time::Duration::from_secs(config.idempotency_purge_interval_secs.max(1));
+    let retention = config.idempotency_retention();
+    let interval = config.idempotency_purge_interval();
     loop {
         match purge_expired_keys(&state.pool, retention).await {
             Ok(0) => {}

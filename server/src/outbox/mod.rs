@@ -14,6 +14,9 @@
 //!
 //! **Architecture invariant:** no transaction and no row lock is held while a
 //! message is on the network.
+//!
+//! The settings, their defaults and why they are what they are:
+//! [`OutboxConfig`](crate::config::OutboxConfig).
 
 use std::{
     sync::Arc,
@@ -22,13 +25,13 @@ use std::{
 
 use futures::StreamExt;
 use sqlx::PgPool;
-use tidings_core::{NextAttempt, RetrySchedule};
+use tidings_core::NextAttempt;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
-    channels::{email::EmailSender, ssrf::AllowPrivate, webhook::WebhookSender, Channels, Outcome},
-    config::WorkerArgs,
+    channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
+    config::OutboxConfig,
     shutdown::Shutdown,
     state::AppState,
 };
@@ -36,111 +39,10 @@ use crate::{
 /// The NOTIFY channel the write path signals after committing deliveries.
 pub const NOTIFY_CHANNEL: &str = "tidings_outbox";
 
-/// Validated worker settings.
-///
-/// Defaults and why:
-/// - **batch 100**: one claim and one completion statement per 100 deliveries
-///   keeps database round trips far below the network time of the sends,
-///   while a crashed worker strands at most 100 deliveries for one lease.
-/// - **concurrency 50**: a batch goes out in two waves, so even when every
-///   receiver hangs until the timeout a batch takes about 2 × 10 s.
-/// - **delivery timeout 10 s**: receivers are expected to acknowledge and work
-///   asynchronously (Standard Webhooks' advice); a slower one is retried.
-/// - **lease 60 s**: must exceed the time a batch can take (2 × 10 s) with a
-///   wide margin, or live deliveries would be claimed twice; and a crash
-///   delays its batch by only a minute. A delivery whose batch has used so
-///   much of the lease that it could not finish in time is not started but
-///   released (see [`OutboxConfig::start_deadline`]), so a slow batch never
-///   turns into duplicates.
-/// - **retry schedule**: the core's default — 10 attempts, 5 s × 4ⁿ capped at
-///   1 h, 20 % jitter: dead about 4.5 h after the first failure (see
-///   `tidings_core::retry`).
-#[derive(Debug, Clone)]
-pub struct OutboxConfig {
-    pub loops: usize,
-    pub batch: u32,
-    pub concurrency: usize,
-    pub lease: Duration,
-    pub poll: Duration,
-    pub delivery_timeout: Duration,
-    pub allow_private: AllowPrivate,
-    pub smtp_url: Option<String>,
-    pub email_from: String,
-    pub retry: RetrySchedule,
-}
-
-impl Default for OutboxConfig {
-    fn default() -> Self {
-        OutboxConfig {
-            loops: 1,
-            batch: 100,
-            concurrency: 50,
-            lease: Duration::from_secs(60),
-            poll: Duration::from_secs(1),
-            delivery_timeout: Duration::from_secs(10),
-            allow_private: AllowPrivate::None,
-            smtp_url: None,
-            email_from: "Tidings <notifications@localhost>".into(),
-            retry: RetrySchedule::default(),
-        }
-    }
-}
-
 impl OutboxConfig {
-    pub fn from_args(args: &WorkerArgs) -> anyhow::Result<Self> {
-        let core = RetrySchedule::default();
-        let retry = RetrySchedule {
-            base_ms: args.retry_base_ms.unwrap_or(core.base_ms),
-            factor: args.retry_factor.unwrap_or(core.factor),
-            max_delay_ms: args.retry_max_delay_ms.unwrap_or(core.max_delay_ms),
-            max_attempts: args.retry_max_attempts.unwrap_or(core.max_attempts),
-            jitter: args.retry_jitter.unwrap_or(core.jitter),
-        };
-        anyhow::ensure!(
-            args.outbox_batch >= 1,
-            "TIDINGS_OUTBOX_BATCH must be at least 1"
-        );
-        anyhow::ensure!(
-            args.worker_concurrency >= 1,
-            "TIDINGS_WORKER_CONCURRENCY must be at least 1"
-        );
-        anyhow::ensure!(
-            retry.max_attempts >= 1,
-            "TIDINGS_RETRY_MAX_ATTEMPTS must be at least 1"
-        );
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&retry.jitter),
-            "TIDINGS_RETRY_JITTER must be within [0, 1]"
-        );
-        anyhow::ensure!(
-            args.outbox_lease_secs.is_finite() && args.outbox_lease_secs > 0.0,
-            "TIDINGS_OUTBOX_LEASE_SECS must be positive"
-        );
-        let lease = Duration::from_secs_f64(args.outbox_lease_secs);
-        let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms.max(1));
-        // A lease shorter than two timeouts leaves no room to send and record.
-        anyhow::ensure!(
-            lease >= delivery_timeout * 2,
-            "TIDINGS_OUTBOX_LEASE_SECS ({lease:?}) must be at least twice TIDINGS_DELIVERY_TIMEOUT_MS ({delivery_timeout:?})"
-        );
-        let config = OutboxConfig {
-            loops: args.outbox_workers,
-            batch: args.outbox_batch,
-            concurrency: args.worker_concurrency,
-            lease,
-            poll: Duration::from_millis(args.outbox_poll_ms.max(10)),
-            delivery_timeout,
-            allow_private: args.webhook_allow_private,
-            smtp_url: args.smtp_url.clone().filter(|u| !u.is_empty()),
-            email_from: args.email_from.clone(),
-            retry,
-        };
-        // Fail at start-up, not at the first email.
-        config.channels()?;
-        Ok(config)
-    }
-
-    fn channels(&self) -> anyhow::Result<Channels> {
+    /// The senders these settings describe; an unusable SMTP URL or From
+    /// address is an error here, at start-up, not at the first email.
+    pub fn channels(&self) -> anyhow::Result<Channels> {
         Ok(Channels {
             webhook: WebhookSender::new(self.allow_private, self.delivery_timeout)?,
             email: match &self.smtp_url {
@@ -469,6 +371,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
         .as_deref()
         .context("`tidings worker` needs DATABASE_URL (or --database-url): it does not start a PostgreSQL of its own")?;
     let outbox = OutboxConfig::from_args(&args.worker)?;
+    outbox.channels()?;
     anyhow::ensure!(
         outbox.loops >= 1,
         "TIDINGS_OUTBOX_WORKERS is 0: this worker would do nothing"
