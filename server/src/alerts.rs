@@ -566,7 +566,7 @@ pub async fn retry_delivery(
     let outcome = match row.status.as_str() {
         "dead" | "retrying" => {
             let row = alert_store::requeue_delivery(&mut tx, tenant, id).await?;
-            alert_store::notify_outbox(&mut tx, tenant).await?;
+            alert_store::notify_outbox(&mut *tx, tenant).await?;
             Ok(row)
         }
         "pending" => Ok(row),

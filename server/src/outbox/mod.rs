@@ -3,7 +3,7 @@
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
 //! record the results in one statement guarded by the attempt number, repeat.
-//! Loops wake on `NOTIFY tidings_outbox`, poll as a fallback, and claim again
+//! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
 //!
@@ -30,14 +30,14 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
+    backoff::Backoff,
     channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
     config::OutboxConfig,
+    listen,
     shutdown::Shutdown,
     state::AppState,
+    store::notify::NotifyChannel,
 };
-
-/// The NOTIFY channel the write path signals after committing deliveries.
-pub const NOTIFY_CHANNEL: &str = "tidings_outbox";
 
 impl OutboxConfig {
     /// The senders these settings describe; an unusable SMTP URL or From
@@ -86,12 +86,11 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             "no TIDINGS_SMTP_URL: this process leaves email deliveries to workers that have one"
         );
     }
-    let (wake_tx, wake_rx) = watch::channel(0u64);
-    let mut handles = vec![tokio::spawn(listen(
-        state.pool.clone(),
-        wake_tx,
-        shutdown.clone(),
-    ))];
+    // Woken on every notification, and after every reconnect (a notification
+    // sent while disconnected is lost; the wake-up makes up for it).
+    let (waker, wake_rx) =
+        listen::spawn_waker(state.pool.clone(), NotifyChannel::Outbox, shutdown.clone());
+    let mut handles = vec![waker];
     for n in 0..config.loops {
         let worker = Worker {
             pool: state.pool.clone(),
@@ -116,54 +115,6 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     handles
 }
 
-/// Bumps `wake` on every notification, and after every reconnect (a
-/// notification sent while disconnected is lost; the bump makes up for it).
-async fn listen(pool: PgPool, wake: watch::Sender<u64>, mut shutdown: Shutdown) {
-    let mut backoff = Backoff::new();
-    'connect: loop {
-        let listener = async {
-            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-            listener.listen(NOTIFY_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let mut listener = tokio::select! {
-            _ = shutdown.wait() => return,
-            result = listener => match result {
-                Ok(listener) => listener,
-                Err(err) => {
-                    tracing::warn!(error = %err, "LISTEN failed; polling until it works again");
-                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
-                        return;
-                    }
-                    continue 'connect;
-                }
-            },
-        };
-        backoff.reset();
-        wake.send_modify(|n| *n = n.wrapping_add(1));
-        loop {
-            tokio::select! {
-                _ = shutdown.wait() => return,
-                received = listener.try_recv() => match received {
-                    Ok(Some(_)) => wake.send_modify(|n| *n = n.wrapping_add(1)),
-                    // The connection was lost; the next try_recv reconnects.
-                    Ok(None) => {
-                        tracing::info!("LISTEN connection lost; reconnecting");
-                        wake.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, "LISTEN failed; reconnecting");
-                        if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
-                            return;
-                        }
-                        continue 'connect;
-                    }
-                },
-            }
-        }
-    }
-}
-
 struct Worker {
     pool: PgPool,
     config: OutboxConfig,
@@ -173,7 +124,7 @@ struct Worker {
 
 impl Worker {
     async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
         while !shutdown.is_requested() {
             // Notifications from now on wake the wait below, even those that
@@ -191,7 +142,7 @@ impl Worker {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming deliveries failed; backing off");
-                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
+                    if shutdown.sleep(backoff.next_pause()).await {
                         break;
                     }
                     continue;
@@ -289,7 +240,7 @@ impl Worker {
         shutdown: &Shutdown,
     ) {
         let lease_end = claimed_at + self.config.lease;
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         let mut shutdown_deadline: Option<Instant> = None;
         loop {
             match store::complete_deliveries(&self.pool, &results).await {
@@ -317,42 +268,10 @@ impl Worker {
                         return;
                     }
                     tracing::warn!(error = %err, "recording delivery results failed; retrying");
-                    tokio::time::sleep(backoff.next()).await;
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
         }
-    }
-}
-
-/// 250 ms, doubling, at most 5 s.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(5);
-
-    fn new() -> Self {
-        Backoff { next: Self::FIRST }
-    }
-
-    fn next(&mut self) -> Duration {
-        let current = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        current
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
-/// True when shutdown was requested during the sleep.
-async fn sleep_or_shutdown(duration: Duration, shutdown: &mut Shutdown) -> bool {
-    tokio::select! {
-        _ = shutdown.wait() => true,
-        _ = tokio::time::sleep(duration) => false,
     }
 }
 

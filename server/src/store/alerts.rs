@@ -2,8 +2,10 @@
 //! inbox items, team expansion jobs, and the operators' delivery queries.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
+
+use super::notify::{notify, NotifyChannel};
 
 /// Serialises fan-outs of one (tenant, event type, entity) — an optimisation
 /// only (DESIGN invariant 7): the unique key of `notifications` is the
@@ -170,21 +172,13 @@ pub async fn insert_inbox_items(
 }
 
 /// Wakes the outbox workers when the surrounding transaction commits.
-pub async fn notify_outbox(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify('tidings_outbox', $1)")
-        .bind(tenant.to_string())
-        .execute(conn)
-        .await?;
-    Ok(())
+pub async fn notify_outbox(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
+    notify(db, NotifyChannel::Outbox, &tenant.to_string()).await
 }
 
 /// Wakes the team expansion workers when the surrounding transaction commits.
-pub async fn notify_expansion(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify('tidings_expansion', $1)")
-        .bind(tenant.to_string())
-        .execute(conn)
-        .await?;
-    Ok(())
+pub async fn notify_expansion(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
+    notify(db, NotifyChannel::Expansion, &tenant.to_string()).await
 }
 
 pub struct NewAlertRow<'a> {

@@ -6,6 +6,7 @@ pub mod events;
 pub mod feed;
 pub mod idempotency;
 pub mod inbox;
+pub mod notify;
 pub mod outbox;
 pub mod teams;
 pub mod tenants;
