@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::{
     config::AlertsConfig,
     error::{ApiError, ApiResult},
-    idempotency::{self, Begin, IdempotencyRequest, SavedResponse},
+    idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, SavedResponse},
     store::{self, alerts as alert_store},
 };
 
@@ -468,7 +468,10 @@ pub async fn submit_alert(
     let lease = match idempotency {
         None => None,
         Some(request) => {
-            match idempotency::begin(pool, tenant, request, config.idempotency_lease()).await? {
+            match idempotency::begin(pool, tenant, request, config.idempotency_lease())
+                .await
+                .map_err(idempotency_problem)?
+            {
                 Begin::Replay(saved) => return Ok(Submitted::Replayed(saved)),
                 Begin::Proceed(lease) => Some(lease),
             }
@@ -478,7 +481,14 @@ pub async fn submit_alert(
         let mut tx = pool.begin().await?;
         let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
         if let Some(lease) = &lease {
-            lease.save(&mut tx, 202, &render(&created)).await?;
+            let response = SavedResponse {
+                status: 202,
+                body: render(&created),
+            };
+            lease
+                .save(&mut tx, &response)
+                .await
+                .map_err(idempotency_problem)?;
         }
         tx.commit().await?;
         Ok::<_, ApiError>(created)
@@ -492,6 +502,24 @@ pub async fn submit_alert(
             }
             Err(err)
         }
+    }
+}
+
+fn idempotency_problem(err: IdempotencyError) -> ApiError {
+    match err {
+        IdempotencyError::KeyReused(_) => ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!(
+                "this {} was used with a different request",
+                idempotency::HEADER
+            ),
+        ),
+        IdempotencyError::InFlight => ApiError::Conflict {
+            code: "idempotency_key_in_flight",
+            detail: err.to_string(),
+            retry_after_secs: Some(idempotency::IN_FLIGHT_RETRY_AFTER_SECS),
+        },
+        IdempotencyError::Db(db) => db.into(),
     }
 }
 

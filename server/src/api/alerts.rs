@@ -14,7 +14,7 @@ use crate::{
     alerts::{self, AlertCreated, AlertInput, NewAlert, NotificationStatus, Submitted},
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
-    idempotency::{self, IdempotencyRequest},
+    idempotency::{Fingerprint, IdempotencyKey, IdempotencyRequest},
     state::AppState,
     store::alerts as alert_store,
 };
@@ -227,9 +227,10 @@ impl AlertsApi {
         let idempotency = match idempotency_key.0.as_deref() {
             None => None,
             Some(raw) => Some(IdempotencyRequest {
-                key: idempotency::parse_key(raw)?,
+                key: IdempotencyKey::parse(raw)
+                    .map_err(|e| ApiError::bad_request("invalid_idempotency_key", e.to_string()))?,
                 path: PATH.to_owned(),
-                fingerprint: idempotency::fingerprint(
+                fingerprint: Fingerprint::of_request(
                     "POST",
                     PATH,
                     &serde_json::to_value(&input).map_err(anyhow::Error::from)?,
