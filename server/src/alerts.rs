@@ -16,9 +16,10 @@ use uuid::Uuid;
 
 use crate::{
     config::AlertsConfig,
+    deliveries::DeliveryStatus,
     error::{ApiError, ApiResult},
     idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, SavedResponse},
-    store::{self, alerts as alert_store},
+    store::{self, alerts as alert_store, deliveries as delivery_store},
 };
 
 pub const MAX_RECIPIENTS: usize = 1000;
@@ -276,7 +277,7 @@ async fn fan_out(
         .await?
     };
 
-    let mut deliveries = alert_store::DeliveryColumns::default();
+    let mut deliveries = delivery_store::DeliveryColumns::default();
     let (mut inbox_recipients, mut inbox_keys) = (Vec::new(), Vec::new());
     let mut any_pending = false;
     for &i in &order {
@@ -284,17 +285,31 @@ async fn fan_out(
         if !new_keys.contains(&o.key) {
             continue;
         }
-        let channel = o.channel.as_str();
+        let channel = o.channel;
         o.status = NotificationStatus::Created;
         match o.channel {
             Channel::InApp => {
                 // Delivered by this transaction: the feed item commits with it.
-                deliveries.push(&o.key, &o.recipient_id, channel, None, "sent", None);
+                deliveries.push(
+                    &o.key,
+                    &o.recipient_id,
+                    channel,
+                    None,
+                    DeliveryStatus::Sent,
+                    None,
+                );
                 inbox_recipients.push(o.recipient_id.clone());
                 inbox_keys.push(o.key.clone());
             }
             Channel::Email if emails.contains_key(&o.recipient_id) => {
-                deliveries.push(&o.key, &o.recipient_id, channel, None, "pending", None);
+                deliveries.push(
+                    &o.key,
+                    &o.recipient_id,
+                    channel,
+                    None,
+                    DeliveryStatus::Pending,
+                    None,
+                );
                 any_pending = true;
             }
             Channel::Email => {
@@ -303,8 +318,8 @@ async fn fan_out(
                     &o.recipient_id,
                     channel,
                     None,
-                    "skipped",
-                    Some(NO_EMAIL.into()),
+                    DeliveryStatus::Skipped,
+                    Some(NO_EMAIL),
                 );
                 o.status = NotificationStatus::Skipped;
             }
@@ -314,8 +329,8 @@ async fn fan_out(
                     &o.recipient_id,
                     channel,
                     None,
-                    "skipped",
-                    Some(NO_ENDPOINT.into()),
+                    DeliveryStatus::Skipped,
+                    Some(NO_ENDPOINT),
                 );
                 o.status = NotificationStatus::Skipped;
             }
@@ -326,7 +341,7 @@ async fn fan_out(
                         &o.recipient_id,
                         channel,
                         Some(endpoint),
-                        "pending",
+                        DeliveryStatus::Pending,
                         None,
                     );
                 }
@@ -334,7 +349,8 @@ async fn fan_out(
             }
         }
     }
-    alert_store::insert_deliveries(conn, target.tenant, target.alert_id, &deliveries).await?;
+    delivery_store::insert_deliveries(&mut *conn, target.tenant, target.alert_id, &deliveries)
+        .await?;
     let common = alert_store::InboxItemCommon {
         alert_id: target.alert_id,
         event_type: target.event_type,
@@ -345,7 +361,7 @@ async fn fan_out(
     alert_store::insert_inbox_items(conn, target.tenant, &common, &inbox_recipients, &inbox_keys)
         .await?;
     if any_pending {
-        alert_store::notify_outbox(conn, target.tenant).await?;
+        delivery_store::notify_outbox(conn, target.tenant).await?;
     }
     Ok(outcomes)
 }
@@ -567,42 +583,6 @@ pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> 
     .await?;
     tx.commit().await?;
     Ok(true)
-}
-
-/// Why an operator's re-queue was refused.
-pub enum RetryRefusal {
-    NotFound,
-    /// A worker holds it right now; its lease ends within this many seconds.
-    Sending(u64),
-    /// `sent` or `skipped`: there is nothing to retry.
-    Final(String),
-}
-
-/// `POST /v1/deliveries/{id}/retry`: `dead` and `retrying` go back to `pending`,
-/// due now, with a fresh attempt budget (so the whole retry schedule applies
-/// again; the old last_error stays for reference until the next attempt).
-/// `pending` is already queued and is returned unchanged.
-pub async fn retry_delivery(
-    pool: &PgPool,
-    tenant: Uuid,
-    id: i64,
-) -> ApiResult<Result<alert_store::DeliveryRow, RetryRefusal>> {
-    let mut tx = pool.begin().await?;
-    let Some(row) = alert_store::lock_delivery(&mut tx, tenant, id).await? else {
-        return Ok(Err(RetryRefusal::NotFound));
-    };
-    let outcome = match row.status.as_str() {
-        "dead" | "retrying" => {
-            let row = alert_store::requeue_delivery(&mut tx, tenant, id).await?;
-            alert_store::notify_outbox(&mut *tx, tenant).await?;
-            Ok(row)
-        }
-        "pending" => Ok(row),
-        "sending" => Err(RetryRefusal::Sending(5)),
-        other => Err(RetryRefusal::Final(other.to_owned())),
-    };
-    tx.commit().await?;
-    Ok(outcome)
 }
 
 #[cfg(test)]

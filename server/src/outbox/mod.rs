@@ -119,7 +119,7 @@ struct Worker {
     pool: PgPool,
     config: OutboxConfig,
     channels: Arc<Channels>,
-    claimable: Vec<&'static str>,
+    claimable: Vec<tidings_core::Channel>,
 }
 
 impl Worker {

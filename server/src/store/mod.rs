@@ -2,6 +2,7 @@
 //! named verb_noun that take an executor (pool or transaction) and the tenant.
 
 pub mod alerts;
+pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod idempotency;
