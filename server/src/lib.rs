@@ -17,6 +17,7 @@ pub mod deliveries;
 pub mod embedded_pg;
 pub mod error;
 pub mod events;
+pub mod feed;
 pub mod idempotency;
 pub mod listen;
 pub mod nats_inbox;
