@@ -30,4 +30,6 @@ pub mod store;
 pub mod teams;
 pub mod telemetry;
 pub mod tenants;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod workers;

@@ -18,8 +18,9 @@
 //! terminated (`+TERM`): retrying cannot fix them, and the row lets an operator
 //! find them. Database trouble is transient: the message is nak'ed with a delay.
 //!
-//! Test-only: with `TIDINGS_TEST_CRASH_BEFORE_ACK=1` the process aborts right
-//! after committing a new alert and before acking, to prove the above.
+//! Test-only (feature `test-hooks`, see `crate::test_hooks`): the process can
+//! be made to abort right after committing a new alert and before acking, to
+//! prove the above.
 
 use std::time::Duration;
 
@@ -36,8 +37,6 @@ use crate::{
     state::AppState,
     store,
 };
-
-pub const CRASH_HOOK_ENV: &str = "TIDINGS_TEST_CRASH_BEFORE_ACK";
 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
     while !shutdown.is_requested() {
@@ -85,7 +84,6 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         .context("creating the durable consumer")?;
     let mut messages = consumer.messages().await.context("subscribing")?;
     tracing::info!(stream = %config.nats_stream, subject = %config.nats_subject, "NATS inbox consuming");
-    let crash_before_ack = std::env::var(CRASH_HOOK_ENV).is_ok_and(|v| v == "1");
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
@@ -102,10 +100,11 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         let message_id = message_id(&config.nats_stream, &msg);
         let ack = match handle(state, &message_id, &msg.payload).await {
             Ok(Handled::Created) => {
-                if crash_before_ack {
-                    tracing::error!(%message_id, "{CRASH_HOOK_ENV}=1: aborting after commit, before ack");
-                    std::process::abort();
-                }
+                #[cfg(feature = "test-hooks")]
+                crate::test_hooks::crash_if_armed(
+                    crate::test_hooks::CRASH_BEFORE_ACK,
+                    "after commit, before ack",
+                );
                 AckKind::Ack
             }
             Ok(Handled::AlreadySeen) => AckKind::Ack,
