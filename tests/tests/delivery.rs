@@ -1,4 +1,4 @@
-//! The outbox workers and the webhook and email channels (issue 4, DESIGN.md
+//! The outbox workers and the webhook and email channels (issue 4, ARCHITECTURE.md,
 //! invariant 6), against real PostgreSQL, the real binary and real receivers:
 //! webhooks are verified by the reference Standard Webhooks library, emails go
 //! through a real SMTP server (tests/receivers/).
