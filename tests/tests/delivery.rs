@@ -1,4 +1,4 @@
-//! The outbox workers and the webhook and email channels (issue 4, DESIGN.md
+//! The outbox workers and the webhook and email channels (issue 4, ARCHITECTURE.md,
 //! invariant 6), against real PostgreSQL, the real binary and real receivers:
 //! webhooks are verified by the reference Standard Webhooks library, emails go
 //! through a real SMTP server (tests/receivers/).
@@ -655,12 +655,12 @@ async fn a_big_backlog_does_not_starve_another_tenant() {
     )
     .await;
 
-    let first = claim_deliveries(&pool, 100, 60_000, &["webhook"])
+    let first = claim_deliveries(&pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
     let quiet_in_first = first.iter().filter(|d| d.tenant_id == quiet).count();
     assert_eq!(quiet_in_first, 5, "tenant B waited behind A's backlog");
-    let second = claim_deliveries(&pool, 100, 60_000, &["webhook"])
+    let second = claim_deliveries(&pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
     assert_eq!(second.len(), 100, "with B done, A gets whole batches");
@@ -690,20 +690,20 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
     .await
     .remove(0);
 
-    let first = claim_deliveries(&pool, 10, 100, &["webhook"])
+    let first = claim_deliveries(&pool, 10, 100, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
     assert_eq!(first.attempts, 1);
     assert!(
-        claim_deliveries(&pool, 10, 100, &["webhook"])
+        claim_deliveries(&pool, 10, 100, &[Channel::Webhook])
             .await
             .expect("claim")
             .is_empty(),
         "leased rows are not due"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let second = claim_deliveries(&pool, 10, 60_000, &["webhook"])
+    let second = claim_deliveries(&pool, 10, 60_000, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
@@ -766,7 +766,7 @@ async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
     .remove(0);
     // Four claims whose workers "crashed" (max attempts is 4 in worker_env).
     for _ in 0..4 {
-        let claimed = claim_deliveries(&pool, 10, 1, &["webhook"])
+        let claimed = claim_deliveries(&pool, 10, 1, &[Channel::Webhook])
             .await
             .expect("claim");
         assert_eq!(claimed.len(), 1);
