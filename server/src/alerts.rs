@@ -15,81 +15,12 @@ use tidings_core::{
 use uuid::Uuid;
 
 use crate::{
+    config::AlertsConfig,
+    deliveries::DeliveryStatus,
     error::{ApiError, ApiResult},
-    idempotency::{self, Begin, IdempotencyRequest, SavedResponse},
-    store::{self, alerts as alert_store},
+    idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, SavedResponse},
+    store::{self, alerts as alert_store, deliveries as delivery_store},
 };
-
-/// Alert and alert-adjacent settings (flags and environment of `serve`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct AlertsConfig {
-    /// Largest team expanded inside the alert's own transaction; larger teams are
-    /// expanded by a background worker.
-    #[arg(long, env = "TIDINGS_FANOUT_INLINE_MAX", default_value_t = FanoutThresholds::default().inline_max)]
-    pub fanout_inline_max: u64,
-    /// Members per background expansion batch (one transaction each).
-    #[arg(long, env = "TIDINGS_FANOUT_BATCH_SIZE", default_value_t = FanoutThresholds::default().batch_size)]
-    pub fanout_batch_size: u64,
-    /// How long a rotated-out webhook secret keeps signing, in seconds.
-    #[arg(long, env = "TIDINGS_WEBHOOK_ROTATION_GRACE_SECS", default_value_t = 24 * 3600)]
-    pub webhook_rotation_grace_secs: u64,
-    /// How long Idempotency-Key responses are kept, in seconds (at least a day in
-    /// production; tests shorten it).
-    #[arg(long, env = "TIDINGS_IDEMPOTENCY_RETENTION_SECS", default_value_t = 24 * 3600)]
-    pub idempotency_retention_secs: u64,
-    /// How often expired Idempotency-Keys are purged, in seconds.
-    #[arg(
-        long,
-        env = "TIDINGS_IDEMPOTENCY_PURGE_INTERVAL_SECS",
-        default_value_t = 3600
-    )]
-    pub idempotency_purge_interval_secs: u64,
-    /// How long an in-flight Idempotency-Key blocks duplicates if its request dies.
-    #[arg(long, env = "TIDINGS_IDEMPOTENCY_LEASE_SECS", default_value_t = 60)]
-    pub idempotency_lease_secs: u64,
-    /// NATS server to consume alert requests from (JetStream). Unset: no consumer.
-    #[arg(long, env = "TIDINGS_NATS_URL")]
-    pub nats_url: Option<String>,
-    #[arg(long, env = "TIDINGS_NATS_STREAM", default_value = "TIDINGS_ALERTS")]
-    pub nats_stream: String,
-    #[arg(long, env = "TIDINGS_NATS_SUBJECT", default_value = "tidings.alerts")]
-    pub nats_subject: String,
-    /// Durable consumer name; every `serve` process shares it (work is split).
-    #[arg(long, env = "TIDINGS_NATS_DURABLE", default_value = "tidings-alerts")]
-    pub nats_durable: String,
-    /// Seconds before an unacknowledged message is redelivered.
-    #[arg(long, env = "TIDINGS_NATS_ACK_WAIT_SECS", default_value_t = 30)]
-    pub nats_ack_wait_secs: u64,
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        let t = FanoutThresholds::default();
-        AlertsConfig {
-            fanout_inline_max: t.inline_max,
-            fanout_batch_size: t.batch_size,
-            webhook_rotation_grace_secs: 24 * 3600,
-            idempotency_retention_secs: 24 * 3600,
-            idempotency_purge_interval_secs: 3600,
-            idempotency_lease_secs: 60,
-            nats_url: None,
-            nats_stream: "TIDINGS_ALERTS".into(),
-            nats_subject: "tidings.alerts".into(),
-            nats_durable: "tidings-alerts".into(),
-            nats_ack_wait_secs: 30,
-        }
-    }
-}
-
-impl AlertsConfig {
-    pub fn thresholds(&self) -> FanoutThresholds {
-        FanoutThresholds {
-            inline_max: self.fanout_inline_max,
-            batch_size: self.fanout_batch_size.max(1),
-            ..FanoutThresholds::default()
-        }
-    }
-}
 
 pub const MAX_RECIPIENTS: usize = 1000;
 pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
@@ -346,7 +277,7 @@ async fn fan_out(
         .await?
     };
 
-    let mut deliveries = alert_store::DeliveryColumns::default();
+    let mut deliveries = delivery_store::DeliveryColumns::default();
     let (mut inbox_recipients, mut inbox_keys) = (Vec::new(), Vec::new());
     let mut any_pending = false;
     for &i in &order {
@@ -354,17 +285,31 @@ async fn fan_out(
         if !new_keys.contains(&o.key) {
             continue;
         }
-        let channel = o.channel.as_str();
+        let channel = o.channel;
         o.status = NotificationStatus::Created;
         match o.channel {
             Channel::InApp => {
                 // Delivered by this transaction: the feed item commits with it.
-                deliveries.push(&o.key, &o.recipient_id, channel, None, "sent", None);
+                deliveries.push(
+                    &o.key,
+                    &o.recipient_id,
+                    channel,
+                    None,
+                    DeliveryStatus::Sent,
+                    None,
+                );
                 inbox_recipients.push(o.recipient_id.clone());
                 inbox_keys.push(o.key.clone());
             }
             Channel::Email if emails.contains_key(&o.recipient_id) => {
-                deliveries.push(&o.key, &o.recipient_id, channel, None, "pending", None);
+                deliveries.push(
+                    &o.key,
+                    &o.recipient_id,
+                    channel,
+                    None,
+                    DeliveryStatus::Pending,
+                    None,
+                );
                 any_pending = true;
             }
             Channel::Email => {
@@ -373,8 +318,8 @@ async fn fan_out(
                     &o.recipient_id,
                     channel,
                     None,
-                    "skipped",
-                    Some(NO_EMAIL.into()),
+                    DeliveryStatus::Skipped,
+                    Some(NO_EMAIL),
                 );
                 o.status = NotificationStatus::Skipped;
             }
@@ -384,8 +329,8 @@ async fn fan_out(
                     &o.recipient_id,
                     channel,
                     None,
-                    "skipped",
-                    Some(NO_ENDPOINT.into()),
+                    DeliveryStatus::Skipped,
+                    Some(NO_ENDPOINT),
                 );
                 o.status = NotificationStatus::Skipped;
             }
@@ -396,7 +341,7 @@ async fn fan_out(
                         &o.recipient_id,
                         channel,
                         Some(endpoint),
-                        "pending",
+                        DeliveryStatus::Pending,
                         None,
                     );
                 }
@@ -404,7 +349,8 @@ async fn fan_out(
             }
         }
     }
-    alert_store::insert_deliveries(conn, target.tenant, target.alert_id, &deliveries).await?;
+    delivery_store::insert_deliveries(&mut *conn, target.tenant, target.alert_id, &deliveries)
+        .await?;
     let common = alert_store::InboxItemCommon {
         alert_id: target.alert_id,
         event_type: target.event_type,
@@ -415,7 +361,7 @@ async fn fan_out(
     alert_store::insert_inbox_items(conn, target.tenant, &common, &inbox_recipients, &inbox_keys)
         .await?;
     if any_pending {
-        alert_store::notify_outbox(conn, target.tenant).await?;
+        delivery_store::notify_outbox(conn, target.tenant).await?;
     }
     Ok(outcomes)
 }
@@ -538,7 +484,10 @@ pub async fn submit_alert(
     let lease = match idempotency {
         None => None,
         Some(request) => {
-            match idempotency::begin(pool, tenant, request, config.idempotency_lease()).await? {
+            match idempotency::begin(pool, tenant, request, config.idempotency_lease())
+                .await
+                .map_err(idempotency_problem)?
+            {
                 Begin::Replay(saved) => return Ok(Submitted::Replayed(saved)),
                 Begin::Proceed(lease) => Some(lease),
             }
@@ -548,7 +497,14 @@ pub async fn submit_alert(
         let mut tx = pool.begin().await?;
         let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
         if let Some(lease) = &lease {
-            lease.save(&mut tx, 202, &render(&created)).await?;
+            let response = SavedResponse {
+                status: 202,
+                body: render(&created),
+            };
+            lease
+                .save(&mut tx, &response)
+                .await
+                .map_err(idempotency_problem)?;
         }
         tx.commit().await?;
         Ok::<_, ApiError>(created)
@@ -565,9 +521,21 @@ pub async fn submit_alert(
     }
 }
 
-impl AlertsConfig {
-    pub fn idempotency_lease(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.idempotency_lease_secs.max(1))
+fn idempotency_problem(err: IdempotencyError) -> ApiError {
+    match err {
+        IdempotencyError::KeyReused(_) => ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!(
+                "this {} was used with a different request",
+                idempotency::HEADER
+            ),
+        ),
+        IdempotencyError::InFlight => ApiError::Conflict {
+            code: "idempotency_key_in_flight",
+            detail: err.to_string(),
+            retry_after_secs: Some(idempotency::IN_FLIGHT_RETRY_AFTER_SECS),
+        },
+        IdempotencyError::Db(db) => db.into(),
     }
 }
 
@@ -615,42 +583,6 @@ pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> 
     .await?;
     tx.commit().await?;
     Ok(true)
-}
-
-/// Why an operator's re-queue was refused.
-pub enum RetryRefusal {
-    NotFound,
-    /// A worker holds it right now; its lease ends within this many seconds.
-    Sending(u64),
-    /// `sent` or `skipped`: there is nothing to retry.
-    Final(String),
-}
-
-/// `POST /v1/deliveries/{id}/retry`: `dead` and `retrying` go back to `pending`,
-/// due now, with a fresh attempt budget (so the whole retry schedule applies
-/// again; the old last_error stays for reference until the next attempt).
-/// `pending` is already queued and is returned unchanged.
-pub async fn retry_delivery(
-    pool: &PgPool,
-    tenant: Uuid,
-    id: i64,
-) -> ApiResult<Result<alert_store::DeliveryRow, RetryRefusal>> {
-    let mut tx = pool.begin().await?;
-    let Some(row) = alert_store::lock_delivery(&mut tx, tenant, id).await? else {
-        return Ok(Err(RetryRefusal::NotFound));
-    };
-    let outcome = match row.status.as_str() {
-        "dead" | "retrying" => {
-            let row = alert_store::requeue_delivery(&mut tx, tenant, id).await?;
-            alert_store::notify_outbox(&mut tx, tenant).await?;
-            Ok(row)
-        }
-        "pending" => Ok(row),
-        "sending" => Err(RetryRefusal::Sending(5)),
-        other => Err(RetryRefusal::Final(other.to_owned())),
-    };
-    tx.commit().await?;
-    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
-    let outbox = crate::outbox::OutboxConfig::from_args(&args.worker)?;
+    let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
+    // Fail at start-up, not at the first email.
+    outbox.channels()?;
     let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {

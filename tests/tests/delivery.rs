@@ -13,6 +13,7 @@ use std::{
 };
 
 use serde_json::{json, Value};
+use tidings_core::Channel;
 use tidings_server::store::outbox::{
     claim_deliveries, complete_deliveries, CompletedDelivery, Completion,
 };
@@ -455,12 +456,12 @@ async fn a_big_backlog_does_not_starve_another_tenant() {
     )
     .await;
 
-    let first = claim_deliveries(&f.pool, 100, 60_000, &["webhook"])
+    let first = claim_deliveries(&f.pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
     let quiet_in_first = first.iter().filter(|d| d.tenant_id == quiet.uuid()).count();
     assert_eq!(quiet_in_first, 5, "tenant B waited behind A's backlog");
-    let second = claim_deliveries(&f.pool, 100, 60_000, &["webhook"])
+    let second = claim_deliveries(&f.pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
     assert_eq!(second.len(), 100, "with B done, A gets whole batches");
@@ -479,20 +480,20 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
     f.endpoint_at("http://a.example/hook", None).await;
     let key = f.send_one("invoice.overdue", "u-0").await;
 
-    let first = claim_deliveries(&f.pool, 10, 100, &["webhook"])
+    let first = claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
     assert_eq!(first.attempts, 1);
     assert!(
-        claim_deliveries(&f.pool, 10, 100, &["webhook"])
+        claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
             .await
             .expect("claim")
             .is_empty(),
         "leased rows are not due"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let second = claim_deliveries(&f.pool, 10, 60_000, &["webhook"])
+    let second = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
@@ -541,7 +542,7 @@ async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
     let key = f.send_one("invoice.overdue", "u-0").await;
     // Four claims whose workers "crashed" (max attempts is 4 in worker_env).
     for _ in 0..4 {
-        let claimed = claim_deliveries(&f.pool, 10, 1, &["webhook"])
+        let claimed = claim_deliveries(&f.pool, 10, 1, &[Channel::Webhook])
             .await
             .expect("claim");
         assert_eq!(claimed.len(), 1);

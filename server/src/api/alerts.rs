@@ -9,14 +9,14 @@ use poem_openapi::{
 use tidings_core::Channel;
 use uuid::Uuid;
 
-use super::{deliveries::DeliveryOut, ApiTags};
+use super::{deliveries::DeliveryOut, ApiTags, ChannelName};
 use crate::{
     alerts::{self, AlertCreated, AlertInput, NewAlert, NotificationStatus, Submitted},
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
-    idempotency::{self, IdempotencyRequest},
+    idempotency::{Fingerprint, IdempotencyKey, IdempotencyRequest},
     state::AppState,
-    store::alerts as alert_store,
+    store::{alerts as alert_store, deliveries as delivery_store},
 };
 
 pub struct AlertsApi {
@@ -24,35 +24,6 @@ pub struct AlertsApi {
 }
 
 pub const PATH: &str = "/v1/alerts";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, serde::Serialize, serde::Deserialize)]
-#[oai(rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum ChannelName {
-    InApp,
-    Email,
-    Webhook,
-}
-
-impl From<ChannelName> for Channel {
-    fn from(c: ChannelName) -> Self {
-        match c {
-            ChannelName::InApp => Channel::InApp,
-            ChannelName::Email => Channel::Email,
-            ChannelName::Webhook => Channel::Webhook,
-        }
-    }
-}
-
-impl From<Channel> for ChannelName {
-    fn from(c: Channel) -> Self {
-        match c {
-            Channel::InApp => ChannelName::InApp,
-            Channel::Email => ChannelName::Email,
-            Channel::Webhook => ChannelName::Webhook,
-        }
-    }
-}
 
 #[derive(Debug, Object)]
 #[oai(deny_unknown_fields)]
@@ -227,9 +198,10 @@ impl AlertsApi {
         let idempotency = match idempotency_key.0.as_deref() {
             None => None,
             Some(raw) => Some(IdempotencyRequest {
-                key: idempotency::parse_key(raw)?,
+                key: IdempotencyKey::parse(raw)
+                    .map_err(|e| ApiError::bad_request("invalid_idempotency_key", e.to_string()))?,
                 path: PATH.to_owned(),
-                fingerprint: idempotency::fingerprint(
+                fingerprint: Fingerprint::of_request(
                     "POST",
                     PATH,
                     &serde_json::to_value(&input).map_err(anyhow::Error::from)?,
@@ -272,7 +244,7 @@ impl AlertsApi {
             .await?
             .ok_or_else(|| ApiError::not_found("alert_not_found", "no such alert"))?;
         let deliveries =
-            alert_store::list_alert_deliveries(&self.state.pool, tenant, *alert_id).await?;
+            delivery_store::list_alert_deliveries(&self.state.pool, tenant, *alert_id).await?;
         Ok(AlertResponse::Ok(Json(AlertOut {
             id: alert.id,
             event_type: alert.event_type,

@@ -242,8 +242,7 @@ impl WebhookEndpointsApi {
         operation_id = "webhook-endpoints.rotate-secret"
     )]
     async fn rotate_secret(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointRotated> {
-        let grace =
-            std::time::Duration::from_secs(self.state.settings.alerts.webhook_rotation_grace_secs);
+        let grace = self.state.settings.alerts.webhook_rotation_grace();
         let row = store::rotate_endpoint_secret(
             &self.state.pool,
             auth.0.tenant_id,

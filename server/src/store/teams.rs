@@ -1,7 +1,7 @@
 //! Team memberships. A membership carries the feed position of its own write: the
 //! member sees the team's events positioned after it (migrations/0003_feed.sql).
 //!
-//! Every change notifies `cache::CHANNEL` in its own transaction, so every
+//! Every change notifies `NotifyChannel::Cache` in its own transaction, so every
 //! instance drops its cached copy of that user's teams once the change commits.
 
 use chrono::{DateTime, Utc};
@@ -9,7 +9,7 @@ use sqlx::{Acquire, PgExecutor, Postgres};
 use tidings_core::Position;
 use uuid::Uuid;
 
-use crate::cache;
+use super::notify::{notify, MembershipsChanged, NotifyChannel};
 
 /// One of a user's teams, as the feed query needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,10 +155,9 @@ async fn notify_memberships_changed(
     tenant_id: Uuid,
     user_id: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(cache::CHANNEL)
-        .bind(cache::memberships_notice(tenant_id, user_id))
-        .execute(db)
-        .await?;
-    Ok(())
+    let changed = MembershipsChanged {
+        tenant_id,
+        user_id: user_id.to_owned(),
+    };
+    notify(db, NotifyChannel::Cache, &changed.payload()).await
 }
