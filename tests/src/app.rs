@@ -94,11 +94,6 @@ impl TestApp {
         })
     }
 
-    /// What the server logged so far (for assertion messages).
-    pub fn log(&self) -> String {
-        self.process.log()
-    }
-
     /// Creates a tenant through `POST /v1/admin/tenants`.
     pub async fn create_tenant(&self) -> TestTenant {
         self.admin()

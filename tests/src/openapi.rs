@@ -381,6 +381,20 @@ mod tests {
         );
     }
 
+    /// The client keeps one method per operation: each names its
+    /// operation id in its doc comment.
+    #[test]
+    fn the_client_has_a_method_for_every_operation() {
+        let client = include_str!("client.rs");
+        let missing: Vec<&str> = Spec::get()
+            .operations
+            .iter()
+            .map(|op| op.id.as_str())
+            .filter(|id| !client.contains(&format!("/// `{id}`")))
+            .collect();
+        assert!(missing.is_empty(), "tests/src/client.rs lacks {missing:?}");
+    }
+
     #[test]
     fn nullable_admits_null_only_beside_a_type() {
         let mut schema = json!({

@@ -102,10 +102,6 @@ impl TidingsProcess {
         }
     }
 
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
     /// What the process logged so far (for assertion messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr_log).unwrap_or_default()

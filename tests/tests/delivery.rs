@@ -63,7 +63,11 @@ async fn webhook_from_serve_is_signed_and_verified_by_the_reference_library() {
         !f.receiver.received().is_empty()
     })
     .await;
-    assert!(arrived, "nothing arrived; server log:\n{}", f.app.log());
+    assert!(
+        arrived,
+        "nothing arrived; server log:\n{}",
+        f.app.process.log()
+    );
     assert!(
         eventually(Duration::from_secs(10), || async {
             f.delivery(key).await.status == "sent"

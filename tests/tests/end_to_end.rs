@@ -61,7 +61,7 @@ async fn wait_for_deliveries(w: &World) {
         "webhooks {:?}, emails {:?}; server log:\n{}",
         w.hooks.receiver.received(),
         w.smtp.received(),
-        w.hooks.app.log()
+        w.hooks.app.process.log()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 }

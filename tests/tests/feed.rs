@@ -730,7 +730,11 @@ async fn bad_input_gets_a_problem_and_changes_nothing() {
     user.mark_item_read("abc").problem(400).await;
 
     assert_eq!(snapshot(&pool).await, before, "nothing stored changed");
-    assert!(!f.app.log().contains("internal error"), "{}", f.app.log());
+    assert!(
+        !f.app.process.log().contains("internal error"),
+        "{}",
+        f.app.process.log()
+    );
 }
 
 /// Two instances on one database: a membership change through one reaches the
@@ -749,9 +753,9 @@ async fn a_removal_reaches_every_instance_within_a_second() {
     let user_on_two = two.user(&token);
     // Instance two caches u's teams (only while its listener is up).
     assert!(
-        two.log().contains("cache invalidation listener up"),
+        two.process.log().contains("cache invalidation listener up"),
         "{}",
-        two.log()
+        two.process.log()
     );
     for _ in 0..3 {
         assert_eq!(

@@ -115,7 +115,7 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
     let mut app = TestApp::spawn_on("", opts).await.unwrap();
     // Not ready (503) would be explained by the server's log.
     let ready = app.public().ready().reply_one_of(&[200, 503]).await;
-    assert_eq!(ready.status, 200, "log: {}", app.log());
+    assert_eq!(ready.status, 200, "log: {}", app.process.log());
 
     let pid_file = dir.join("pg/postmaster.pid");
     let postmaster: i32 = std::fs::read_to_string(&pid_file)
