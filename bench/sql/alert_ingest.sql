@@ -1,6 +1,6 @@
 -- POST /v1/alerts for named recipients on in_app + webhook, every key new: the
 -- statements create_alert/fan_out run inside the request's transaction, in the
--- order they run them (server/src/alerts.rs). The harness wraps them in
+-- order they run them (server/src/alerts/submit.rs). The harness wraps them in
 -- BEGIN/COMMIT and precedes them with one generator SELECT (\gset) that makes
 -- unique keys, ids and the column arrays for each transaction: the baseline pays
 -- that one extra round trip, the service pays key derivation in Rust instead.

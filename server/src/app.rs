@@ -18,6 +18,8 @@ use crate::{
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::announce();
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
     let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;

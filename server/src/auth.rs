@@ -1,5 +1,5 @@
 //! Credentials. Tenant and user always come from here, never from a request body
-//! (DESIGN.md invariant 9).
+//! (ARCHITECTURE.md, invariant 9).
 //!
 //! Three kinds, all `Authorization: Bearer …`:
 //! - **API key** (`tdk_…`): a tenant's backend. Stored only as a SHA-256 hash.
@@ -20,6 +20,7 @@ use poem_openapi::{auth::Bearer, SecurityScheme};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tidings_core::UserId;
 use uuid::Uuid;
 
 use crate::{error::ApiError, state::AppState, store};
@@ -34,7 +35,7 @@ pub struct TenantCtx {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserCtx {
     pub tenant_id: Uuid,
-    pub user_id: String,
+    pub user_id: UserId,
 }
 
 /// Server-to-server calls: `Authorization: Bearer tdk_…`.
@@ -169,11 +170,8 @@ async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, Api
         }
         _ => bad("malformed"),
     })?;
-    tidings_core::validate_id("sub", &data.claims.sub).map_err(|e| bad(&e.to_string()))?;
-    Ok(UserCtx {
-        tenant_id,
-        user_id: data.claims.sub,
-    })
+    let user_id = UserId::parse_as("sub", data.claims.sub).map_err(|e| bad(&e.to_string()))?;
+    Ok(UserCtx { tenant_id, user_id })
 }
 
 async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<String>, ApiError> {

@@ -62,8 +62,8 @@ pub async fn post_events(
     events: &[NewEvent],
 ) -> Result<Vec<StoredEvent>, EventsError> {
     let mut tx = pool.begin().await?;
-    let ids = store::reserve_feed_item_ids(&mut tx, events.len()).await?;
-    let mut inserted = store::insert_events(&mut tx, tenant_id, &ids, events).await?;
+    let ids = store::reserve_feed_item_ids(&mut *tx, events.len()).await?;
+    let mut inserted = store::insert_events(&mut *tx, tenant_id, &ids, events).await?;
     // Whatever was not inserted lost on its idempotency key: to an earlier
     // request, a concurrent one, or an earlier entry of this same batch.
     let conflicted: Vec<String> = events
@@ -75,7 +75,7 @@ pub async fn post_events(
     let existing = if conflicted.is_empty() {
         HashMap::new()
     } else {
-        store::find_events_by_keys(&mut tx, tenant_id, &conflicted).await?
+        store::find_events_by_keys(&mut *tx, tenant_id, &conflicted).await?
     };
     let mut out = Vec::with_capacity(events.len());
     for (event, id) in events.iter().zip(&ids) {

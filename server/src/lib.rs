@@ -17,7 +17,7 @@ pub mod deliveries;
 pub mod embedded_pg;
 pub mod error;
 pub mod events;
-pub mod expansion;
+pub mod feed;
 pub mod idempotency;
 pub mod listen;
 pub mod nats_inbox;
@@ -27,6 +27,9 @@ pub mod payload;
 pub mod shutdown;
 pub mod state;
 pub mod store;
+pub mod teams;
 pub mod telemetry;
 pub mod tenants;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod workers;

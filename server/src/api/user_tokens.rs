@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
+use tidings_core::UserId;
 
 use super::ApiTags;
 use crate::{
@@ -55,8 +56,12 @@ impl UserTokensApi {
         auth: ApiKeyAuth,
         body: Json<UserTokenIn>,
     ) -> ApiResult<UserTokenCreated> {
-        tidings_core::validate_id("user_id", &body.user_id)?;
-        let ttl = body.ttl_seconds.unwrap_or(3600);
+        let UserTokenIn {
+            user_id,
+            ttl_seconds,
+        } = body.0;
+        let user = UserId::parse(user_id)?;
+        let ttl = ttl_seconds.unwrap_or(3600);
         if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
             return Err(ApiError::bad_request(
                 "invalid_ttl",
@@ -68,11 +73,10 @@ impl UserTokensApi {
             .await?
             .ok_or_else(|| ApiError::unauthorized("tenant no longer exists"))?;
         let expires_at = Utc::now() + chrono::Duration::seconds(i64::from(ttl));
-        let token =
-            auth::mint_user_token(&secret, tenant_id, &body.user_id, expires_at.timestamp())?;
+        let token = auth::mint_user_token(&secret, tenant_id, &user, expires_at.timestamp())?;
         Ok(UserTokenCreated::Created(Json(UserTokenOut {
             token,
-            user_id: body.0.user_id,
+            user_id: user.into_string(),
             expires_at,
         })))
     }

@@ -50,12 +50,12 @@ pub enum RequeueError {
 /// ends: that is when asking again can succeed.
 pub async fn requeue(pool: &PgPool, tenant: Uuid, id: i64) -> Result<DeliveryRow, RequeueError> {
     let mut tx = pool.begin().await?;
-    let locked = store::lock_delivery(&mut tx, tenant, id)
+    let locked = store::lock_delivery(&mut *tx, tenant, id)
         .await?
         .ok_or(RequeueError::NotFound)?;
     let row = match locked.delivery.status {
         DeliveryStatus::Dead | DeliveryStatus::Retrying => {
-            let row = store::requeue_delivery(&mut tx, tenant, id).await?;
+            let row = store::requeue_delivery(&mut *tx, tenant, id).await?;
             store::notify_outbox(&mut *tx, tenant).await?;
             row
         }

@@ -30,6 +30,8 @@ use sqlx::{
     PartialEq,
     Eq,
     Hash,
+    PartialOrd,
+    Ord,
     poem_openapi::Enum,
     serde::Serialize,
     serde::Deserialize,

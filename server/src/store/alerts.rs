@@ -12,7 +12,8 @@ use super::notify::{notify, NotifyChannel};
 /// guarantee. A loser of the try does not skip its work: it waits for the
 /// winner's transaction to end, then inserts, and ON CONFLICT sorts out what the
 /// winner committed (or, if the winner rolled back, the loser writes it all).
-/// Returns true when it had to wait.
+/// Returns true when it had to wait. Two statements: the caller's
+/// transaction's connection.
 pub async fn lock_alert_entity(conn: &mut PgConnection, lock_key: i64) -> sqlx::Result<bool> {
     let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(lock_key)
@@ -33,14 +34,14 @@ pub struct NotificationColumns {
     pub keys: Vec<String>,
     pub readable_keys: Vec<String>,
     pub recipients: Vec<String>,
-    pub channels: Vec<String>,
+    pub channels: Vec<&'static str>,
 }
 
 /// Inserts every notification in one statement and returns the keys that are
 /// new. A key missing from the result already existed: a duplicate, never an
 /// error (invariant 4).
 pub async fn insert_notifications(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     event_type: &str,
@@ -63,7 +64,7 @@ pub async fn insert_notifications(
     .bind(&rows.readable_keys)
     .bind(&rows.recipients)
     .bind(&rows.channels)
-    .fetch_all(conn)
+    .fetch_all(db)
     .await
 }
 
@@ -79,7 +80,7 @@ pub struct InboxItemCommon<'a> {
 /// In-app alerts as feed items; `id` and `tx` take their defaults (the feed's
 /// position scheme, invariant 2).
 pub async fn insert_inbox_items(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     common: &InboxItemCommon<'_>,
     recipients: &[String],
@@ -103,7 +104,7 @@ pub async fn insert_inbox_items(
     .bind(common.payload)
     .bind(recipients)
     .bind(keys)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -119,12 +120,12 @@ pub struct NewAlertRow<'a> {
     pub entity_id: &'a str,
     pub subject: Option<&'a str>,
     pub payload: &'a serde_json::Value,
-    pub channels: &'a [String],
+    pub channels: &'a [&'a str],
     pub team_id: Option<&'a str>,
 }
 
 pub async fn insert_alert(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert: &NewAlertRow<'_>,
 ) -> sqlx::Result<()> {
@@ -140,14 +141,14 @@ pub async fn insert_alert(
     .bind(alert.payload)
     .bind(alert.channels)
     .bind(alert.team_id)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }
 
 /// The alert that first created any of `keys`: what a full replay answers with.
 pub async fn find_original_alert_id(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     keys: &[String],
 ) -> sqlx::Result<Option<Uuid>> {
@@ -157,45 +158,12 @@ pub async fn find_original_alert_id(
     )
     .bind(tenant)
     .bind(keys)
-    .fetch_optional(conn)
-    .await
-}
-
-pub async fn count_team_members(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    team_id: &str,
-) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM memberships WHERE tenant_id = $1 AND team_id = $2")
-        .bind(tenant)
-        .bind(team_id)
-        .fetch_one(conn)
-        .await
-}
-
-/// Members in user_id order after `after` (keyset), at most `limit`.
-pub async fn list_team_members(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    team_id: &str,
-    after: Option<&str>,
-    limit: i64,
-) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(
-        "SELECT user_id FROM memberships
-          WHERE tenant_id = $1 AND team_id = $2 AND ($3::text IS NULL OR user_id > $3)
-          ORDER BY user_id LIMIT $4",
-    )
-    .bind(tenant)
-    .bind(team_id)
-    .bind(after)
-    .bind(limit)
-    .fetch_all(conn)
+    .fetch_optional(db)
     .await
 }
 
 pub async fn insert_expansion(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     team_id: &str,
@@ -204,7 +172,7 @@ pub async fn insert_expansion(
         .bind(tenant)
         .bind(alert_id)
         .bind(team_id)
-        .execute(conn)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -225,7 +193,7 @@ pub struct ExpansionJob {
 
 /// Locks the oldest open job nobody else holds, for the rest of the caller's
 /// (short, database-only) transaction. Other workers skip it.
-pub async fn claim_expansion(conn: &mut PgConnection) -> sqlx::Result<Option<ExpansionJob>> {
+pub async fn claim_expansion(db: impl PgExecutor<'_>) -> sqlx::Result<Option<ExpansionJob>> {
     sqlx::query_as(
         "SELECT e.tenant_id, e.alert_id, e.team_id, e.after_user_id,
                 a.event_type, a.entity_id, a.subject, a.payload, a.channels
@@ -236,13 +204,13 @@ pub async fn claim_expansion(conn: &mut PgConnection) -> sqlx::Result<Option<Exp
           LIMIT 1
           FOR UPDATE OF e SKIP LOCKED",
     )
-    .fetch_optional(conn)
+    .fetch_optional(db)
     .await
 }
 
 /// Moves the job's cursor in the batch's own transaction: commit both or neither.
 pub async fn advance_expansion(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     after_user_id: Option<&str>,
@@ -260,7 +228,7 @@ pub async fn advance_expansion(
     .bind(after_user_id)
     .bind(processed)
     .bind(done)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }

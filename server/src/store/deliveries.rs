@@ -3,7 +3,7 @@
 //! operators. The workers' claim and completion are in `store::outbox`.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::PgExecutor;
 use tidings_core::Channel;
 use uuid::Uuid;
 
@@ -147,7 +147,7 @@ pub struct LockedDelivery {
 
 /// Locks one delivery; `None` when it is not this tenant's.
 pub async fn lock_delivery(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<LockedDelivery>> {
@@ -158,13 +158,13 @@ pub async fn lock_delivery(
     ))
     .bind(tenant)
     .bind(id)
-    .fetch_optional(conn)
+    .fetch_optional(db)
     .await
 }
 
 /// Operator re-queue: back to `pending`, due now, with a fresh attempt budget.
 pub async fn requeue_delivery(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     id: i64,
 ) -> sqlx::Result<DeliveryRow> {
@@ -177,6 +177,6 @@ pub async fn requeue_delivery(
     .bind(tenant)
     .bind(id)
     .bind(DeliveryStatus::Pending)
-    .fetch_one(conn)
+    .fetch_one(db)
     .await
 }

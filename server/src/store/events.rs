@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::PgExecutor;
 use tidings_core::{EntityId, EventType, Position, TeamId, UserId};
 use uuid::Uuid;
 
@@ -41,10 +41,10 @@ pub struct KeyedEvent {
 
 /// `n` ids of the feed item sequence, taken up front so each result maps to
 /// its input without relying on the order of RETURNING.
-pub async fn reserve_feed_item_ids(conn: &mut PgConnection, n: usize) -> sqlx::Result<Vec<i64>> {
+pub async fn reserve_feed_item_ids(db: impl PgExecutor<'_>, n: usize) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar("SELECT nextval('feed_item_id_seq') FROM generate_series(1, $1)")
         .bind(n as i64)
-        .fetch_all(conn)
+        .fetch_all(db)
         .await
 }
 
@@ -53,7 +53,7 @@ pub async fn reserve_feed_item_ids(conn: &mut PgConnection, n: usize) -> sqlx::R
 /// not inserted: ON CONFLICT waits for a concurrent insert of the same key to
 /// commit, so the winner is visible to [`find_events_by_keys`] afterwards.
 pub async fn insert_events(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     ids: &[i64],
     events: &[NewEvent],
@@ -81,7 +81,7 @@ pub async fn insert_events(
             .map(|e| e.idempotency.as_ref().map(|(_, f)| f.to_vec()))
             .collect::<Vec<_>>(),
     )
-    .fetch_all(conn)
+    .fetch_all(db)
     .await?;
     Ok(inserted
         .into_iter()
@@ -98,7 +98,7 @@ pub async fn insert_events(
 
 /// The events holding `keys`, by key.
 pub async fn find_events_by_keys(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     keys: &[String],
 ) -> sqlx::Result<HashMap<String, KeyedEvent>> {
@@ -116,7 +116,7 @@ pub async fn find_events_by_keys(
     )
     .bind(tenant_id)
     .bind(keys)
-    .fetch_all(conn)
+    .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
