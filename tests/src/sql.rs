@@ -257,7 +257,11 @@ pub async fn hold_alert_entity_lock(
     event_type: &str,
     entity_id: &str,
 ) -> Transaction<'static, Postgres> {
-    let lock = tidings_core::stable_lock_key(&[&tenant.id, event_type, entity_id]);
+    let lock = tidings_server::alerts::submit::entity_lock_key(
+        tenant.uuid(),
+        &tidings_core::EventType::parse(event_type).expect("event type"),
+        &tidings_core::EntityId::parse(entity_id).expect("entity id"),
+    );
     let mut blocker = pool.begin().await.expect("begin");
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(lock)
