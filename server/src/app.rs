@@ -28,7 +28,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {
-            let token = crate::auth::random_token(24);
+            let token = crate::credentials::random_token(24);
             // Printed once, deliberately on stderr with the logs: not stored anywhere.
             eprintln!("TIDINGS_ADMIN_TOKEN was not set; this run's admin token is: {token}");
             token

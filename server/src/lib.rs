@@ -12,6 +12,7 @@ pub mod cache;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod db;
 pub mod deliveries;
 pub mod embedded_pg;

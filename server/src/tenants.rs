@@ -5,7 +5,7 @@ use sqlx::PgPool;
 use tidings_core::KeyError;
 use uuid::Uuid;
 
-use crate::{auth, state::AppState, store::tenants as store};
+use crate::{credentials, state::AppState, store::tenants as store};
 
 /// A new tenant's credentials. The API key is shown only here: we keep its hash.
 #[derive(Debug, serde::Serialize)]
@@ -32,13 +32,13 @@ pub enum TenantError {
 /// Creates a tenant with its first API key, in one transaction.
 pub async fn create_tenant(pool: &PgPool, name: &str) -> Result<IssuedTenant, TenantError> {
     tidings_core::validate_id("name", name)?;
-    let api_key = auth::new_api_key();
-    let signing_secret = auth::new_signing_secret();
+    let api_key = credentials::new_api_key();
+    let signing_secret = credentials::new_signing_secret();
     let tenant_id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
     let created_at = store::insert_tenant(&mut *tx, tenant_id, name, &signing_secret).await?;
     let api_key_id =
-        store::insert_api_key(&mut *tx, tenant_id, &auth::hash_api_key(&api_key)).await?;
+        store::insert_api_key(&mut *tx, tenant_id, &credentials::hash_api_key(&api_key)).await?;
     tx.commit().await?;
     Ok(IssuedTenant {
         tenant_id,
@@ -55,13 +55,13 @@ pub async fn issue_api_key(pool: &PgPool, tenant_id: Uuid) -> Result<(Uuid, Stri
     if !store::tenant_exists(pool, tenant_id).await? {
         return Err(TenantError::NotFound);
     }
-    let api_key = auth::new_api_key();
-    let id = store::insert_api_key(pool, tenant_id, &auth::hash_api_key(&api_key)).await?;
+    let api_key = credentials::new_api_key();
+    let id = store::insert_api_key(pool, tenant_id, &credentials::hash_api_key(&api_key)).await?;
     Ok((id, api_key))
 }
 
 /// Revokes a key: at once on this instance (its credential cache forgets
-/// the key), within `auth::API_KEY_CACHE_TTL` on the others. False when the
+/// the key), within `crate::auth::API_KEY_CACHE_TTL` on the others. False when the
 /// tenant has no such unrevoked key.
 pub async fn revoke_api_key(state: &AppState, tenant_id: Uuid, key_id: Uuid) -> sqlx::Result<bool> {
     let Some(hash) = store::revoke_api_key(&state.pool, tenant_id, key_id).await? else {

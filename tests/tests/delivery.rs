@@ -1,7 +1,7 @@
-//! The outbox workers and the webhook and email channels (ARCHITECTURE.md
-//! invariant 6), against real PostgreSQL, the real binary and real receivers:
-//! webhooks are verified by the reference Standard Webhooks library, emails go
-//! through a real SMTP server (tests/receivers/).
+//! The outbox workers and the webhook and email channels (issue 4;
+//! ARCHITECTURE.md, invariant 6), against real PostgreSQL, the real binary and
+//! real receivers: webhooks are verified by the reference Standard Webhooks
+//! library, emails go through a real SMTP server (tests/receivers/).
 //!
 //! Deliveries are written by `POST /v1/alerts` on a `serve` whose own workers
 //! are off ([`webhook_fixture`]); the workers under test are a `tidings worker`

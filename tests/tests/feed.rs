@@ -1,6 +1,6 @@
 //! The activity feed: events stored once, feeds computed at read time, exact
 //! paging and polling, monotonic watermarks, sealed tenants, memberships, and
-//! cache invalidation across instances (issue 3; ARCHITECTURE.md invariants
+//! cache invalidation across instances (issue 3; ARCHITECTURE.md, invariants
 //! 1-3, 9, 10).
 
 use std::time::Duration;
@@ -72,7 +72,7 @@ fn position(cursor: &Value) -> Position {
     Position::from_cursor(cursor.as_str().expect("cursor string")).expect("valid cursor")
 }
 
-/// ARCHITECTURE.md invariant 2. A's transaction takes its transaction id first and
+/// ARCHITECTURE.md, invariant 2. A's transaction takes its transaction id first and
 /// commits last; B commits in between. A feed ordered by id or timestamp (the
 /// seed article's watermark) would show B, let the reader mark "everything up to
 /// B" read, and then A — with a smaller id and an earlier timestamp — would land
@@ -536,7 +536,7 @@ async fn membership_decides_what_a_user_sees() {
     assert_eq!(seen, vec!["m1", "m2", "m3", "m4", "m5"]);
 }
 
-/// ARCHITECTURE.md invariant 1.
+/// ARCHITECTURE.md, invariant 1.
 #[tokio::test]
 async fn an_event_is_stored_once_whatever_the_team_size() {
     let f = TenantFixture::spawn().await;
@@ -593,7 +593,7 @@ async fn event_creation_is_idempotent() {
     assert_eq!(sql::count(&pool, Rows::Events).await, 2);
 }
 
-/// ARCHITECTURE.md invariant 10: every bad request is a 4xx problem and nothing
+/// ARCHITECTURE.md, invariant 10: every bad request is a 4xx problem and nothing
 /// stored changes.
 #[tokio::test]
 async fn bad_input_gets_a_problem_and_changes_nothing() {

@@ -1,4 +1,4 @@
-//! The NATS inbox (ARCHITECTURE.md invariant 8): alert requests consumed from JetStream
+//! The NATS inbox (ARCHITECTURE.md, invariant 8): alert requests consumed from JetStream
 //! are recorded by message id in the alert's own transaction and acked only
 //! after commit, so redelivery, duplicates, replays and a crash between commit
 //! and ack create nothing new. Needs a NATS server with JetStream

@@ -6,7 +6,8 @@ use tidings_core::UserId;
 
 use super::ApiTags;
 use crate::{
-    auth::{self, ApiKeyAuth},
+    auth::ApiKeyAuth,
+    credentials,
     error::{ApiError, ApiResult},
     state::AppState,
     store,
@@ -73,7 +74,8 @@ impl UserTokensApi {
             .await?
             .ok_or_else(|| ApiError::unauthorized("tenant no longer exists"))?;
         let expires_at = Utc::now() + chrono::Duration::seconds(i64::from(ttl));
-        let token = auth::mint_user_token(&secret, tenant_id, &user, expires_at.timestamp())?;
+        let token =
+            credentials::mint_user_token(&secret, tenant_id, &user, expires_at.timestamp())?;
         Ok(UserTokenCreated::Created(Json(UserTokenOut {
             token,
             user_id: user.into_string(),

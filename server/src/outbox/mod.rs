@@ -1,4 +1,4 @@
-//! The outbox workers (DESIGN.md invariant 6).
+//! The outbox workers (ARCHITECTURE.md, invariant 6).
 //!
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
