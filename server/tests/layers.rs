@@ -183,6 +183,7 @@ fn configuration_and_leaf_value_types_import_nothing_of_the_server() {
         "config",
         "credentials",
         "deliveries::status",
+        "paging",
         "payload",
         "backoff",
         "shutdown",

@@ -22,7 +22,7 @@
 //! - `report=<file>`: each mismatch is appended to `<file>` as a JSON line and
 //!   the test goes on (to list them all in one run);
 //! - `off` (the default while the document has known mismatches; see
-//!   ARCHITECTURE.md, "Tests").
+//!   ARCHITECTURE.md, code map, `tests/`).
 
 use std::{collections::HashMap, io::Write, path::PathBuf, sync::OnceLock};
 

@@ -140,27 +140,27 @@ pub async fn begin(
         fingerprint,
     } = request;
     let key = key.0;
-    let lease_of = |path: String, key: String| Lease {
+    let claim = store::KeyClaim {
         tenant,
-        path,
-        key,
+        path: &path,
+        key: &key,
+        fingerprint: fingerprint.as_bytes(),
         owner,
+        lease,
+    };
+    let proceed = || {
+        Begin::Proceed(Lease {
+            tenant,
+            path: path.clone(),
+            key: key.clone(),
+            owner,
+        })
     };
     // Two rounds: the row may vanish between our insert and our read (released
     // by a failed first request, or purged); then we simply try again.
     for _ in 0..2 {
-        if store::try_insert_key(
-            pool,
-            tenant,
-            &path,
-            &key,
-            fingerprint.as_bytes(),
-            owner,
-            lease,
-        )
-        .await?
-        {
-            return Ok(Begin::Proceed(lease_of(path, key)));
+        if store::try_insert_key(pool, &claim).await? {
+            return Ok(proceed());
         }
         let Some(row) = store::get_key(pool, tenant, &path, &key).await? else {
             continue;
@@ -177,18 +177,8 @@ pub async fn begin(
         if row.lease_left_secs > 0.0 {
             return Err(IdempotencyError::InFlight);
         }
-        if store::take_over_expired_key(
-            pool,
-            tenant,
-            &path,
-            &key,
-            fingerprint.as_bytes(),
-            owner,
-            lease,
-        )
-        .await?
-        {
-            return Ok(Begin::Proceed(lease_of(path, key)));
+        if store::take_over_expired_key(pool, &claim).await? {
+            return Ok(proceed());
         }
     }
     Err(IdempotencyError::InFlight)
