@@ -35,7 +35,6 @@ use crate::{
     api::alerts::AlertIn,
     shutdown::Shutdown,
     state::AppState,
-    store,
 };
 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
@@ -157,10 +156,6 @@ pub async fn handle(state: &AppState, message_id: &str, payload: &[u8]) -> anyho
         Ok(parsed) => parsed,
         Err(reason) => return Ok(submit::reject_inbox_message(pool, message_id, &reason).await?),
     };
-    if !store::tenants::tenant_exists(pool, tenant).await? {
-        let reason = format!("unknown tenant {tenant}");
-        return Ok(submit::reject_inbox_message(pool, message_id, &reason).await?);
-    }
     let thresholds = state.settings.alerts.thresholds();
     Ok(submit::submit_from_inbox(pool, &thresholds, message_id, tenant, &alert).await?)
 }

@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 pub use plan::NotificationStatus;
 pub use request::{AlertRequest, Audience, InvalidAlert};
-pub use submit::{AlertCreated, NotificationOutcome, PendingAlert, SubmitError, Submitted};
+pub use submit::{
+    entity_lock_key, AlertCreated, NotificationOutcome, PendingAlert, SubmitError, Submitted,
+};
 
 use crate::store::{
     alerts::{self as alert_store, AlertRow},

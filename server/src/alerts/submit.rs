@@ -26,7 +26,7 @@ use crate::{
     store::{
         self, alerts as alert_store, deliveries as delivery_store,
         inbox::{self, InboxOutcome},
-        teams as team_store,
+        teams as team_store, tenants as tenant_store,
     },
 };
 
@@ -193,7 +193,8 @@ pub(super) async fn fan_out(
 }
 
 /// The advisory lock of one (tenant, event type, entity): ARCHITECTURE.md,
-/// invariant 7.
+/// invariant 7. Public so that a test holding it from outside uses the
+/// server's own key.
 pub fn entity_lock_key(tenant: Uuid, event_type: &EventType, entity_id: &EntityId) -> i64 {
     stable_lock_key(&[&tenant.to_string(), event_type, entity_id])
 }
@@ -392,6 +393,7 @@ pub enum Handled {
 
 /// The NATS inbox (ARCHITECTURE.md, invariant 8): ONE transaction records the
 /// message id and creates the alert; a message id seen before changes nothing.
+/// A message for a tenant that does not exist is rejected.
 pub async fn submit_from_inbox(
     pool: &PgPool,
     thresholds: &FanoutThresholds,
@@ -399,6 +401,10 @@ pub async fn submit_from_inbox(
     tenant: Uuid,
     alert: &AlertRequest,
 ) -> sqlx::Result<Handled> {
+    if !tenant_store::tenant_exists(pool, tenant).await? {
+        let reason = format!("unknown tenant {tenant}");
+        return reject_inbox_message(pool, message_id, &reason).await;
+    }
     let mut tx = pool.begin().await?;
     if !inbox::insert_message(
         &mut *tx,
