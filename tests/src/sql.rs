@@ -257,7 +257,7 @@ pub async fn hold_alert_entity_lock(
     event_type: &str,
     entity_id: &str,
 ) -> Transaction<'static, Postgres> {
-    let lock = tidings_server::alerts::submit::entity_lock_key(
+    let lock = tidings_server::alerts::entity_lock_key(
         tenant.uuid(),
         &tidings_core::EventType::parse(event_type).expect("event type"),
         &tidings_core::EntityId::parse(entity_id).expect("entity id"),
