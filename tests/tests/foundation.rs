@@ -3,24 +3,16 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use serde_json::Value;
-use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tidings_tests::{sql, tidings_bin, AppOptions, TenantFixture, TestApp, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn health_is_ok_and_ready_once_migrated() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let live: Value = app
-        .client
-        .get(app.url("/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let live = app.public().live().expect(200).await;
     assert_eq!(live["status"], "ok");
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 200);
+    app.public().ready().expect(200).await;
 }
 
 #[tokio::test]
@@ -28,38 +20,17 @@ async fn readiness_fails_when_migrations_are_missing() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let pool = db.pool().await.unwrap();
     // Forget one applied migration: the binary knows more than the database has.
-    sqlx::query(
-        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 503);
-    let body: Value = ready.json().await.unwrap();
+    sql::forget_last_migration(&pool).await;
+    let body = app.public().ready().expect(503).await;
     assert_eq!(body["status"], "migrations pending");
 }
 
 #[tokio::test]
 async fn docs_and_openapi_json_are_served() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let docs = app.client.get(app.url("/docs")).send().await.unwrap();
-    assert_eq!(docs.status(), 200);
-    assert!(docs
-        .text()
-        .await
-        .unwrap()
-        .to_lowercase()
-        .contains("swagger"));
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let docs = app.public().docs().expect(200).await;
+    assert!(docs.to_lowercase().contains("swagger"));
+    let spec = app.public().openapi().expect(200).await;
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
     assert!(spec["paths"]["/readyz"].is_object());
 }
@@ -67,16 +38,9 @@ async fn docs_and_openapi_json_are_served() {
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let resp = app
-        .client
-        .get(app.url("/no/such/route"))
-        .send()
-        .await
-        .unwrap();
-    let problem = expect_problem(resp, 404).await;
+    let problem = app.raw(Method::GET, "/no/such/route").problem(404).await;
     assert_eq!(problem["code"], "not_found");
-    let resp = app.client.delete(app.url("/healthz")).send().await.unwrap();
-    let problem = expect_problem(resp, 405).await;
+    let problem = app.raw(Method::DELETE, "/healthz").problem(405).await;
     assert_eq!(problem["code"], "method_not_allowed");
 }
 
@@ -88,28 +52,20 @@ async fn oversized_bodies_get_413_whether_declared_or_streamed() {
     };
     let (app, _db) = TestApp::spawn_with(opts).await.unwrap();
     let big = vec![b'x'; 4096];
-    let resp = app
-        .client
-        .post(app.url("/healthz"))
-        .body(big.clone())
-        .send()
-        .await
-        .unwrap();
-    expect_problem(resp, 413).await;
+    app.raw(Method::POST, "/healthz")
+        .body(None, big.clone())
+        .problem(413)
+        .await;
     // No Content-Length: a chunked stream must be cut off at the limit too.
     let stream = futures::stream::iter(
         big.chunks(512)
             .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
             .collect::<Vec<_>>(),
     );
-    let resp = app
-        .client
-        .post(app.url("/healthz"))
-        .body(reqwest::Body::wrap_stream(stream))
-        .send()
-        .await
-        .unwrap();
-    expect_problem(resp, 413).await;
+    app.raw(Method::POST, "/healthz")
+        .body(None, reqwest::Body::wrap_stream(stream))
+        .problem(413)
+        .await;
 }
 
 #[test]
@@ -157,8 +113,9 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
         ..Default::default()
     };
     let mut app = TestApp::spawn_on("", opts).await.unwrap();
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 200, "log: {}", app.log());
+    // Not ready (503) would be explained by the server's log.
+    let ready = app.public().ready().reply_one_of(&[200, 503]).await;
+    assert_eq!(ready.status, 200, "log: {}", app.process.log());
 
     let pid_file = dir.join("pg/postmaster.pid");
     let postmaster: i32 = std::fs::read_to_string(&pid_file)
@@ -171,7 +128,7 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
         .unwrap();
     assert!(process_alive(postmaster));
 
-    let status = app.terminate().await.unwrap();
+    let status = app.process.terminate().await.unwrap();
     assert!(status.success(), "tidings exited with {status}");
     for _ in 0..100 {
         if !process_alive(postmaster) {
@@ -195,17 +152,8 @@ async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
         ..Default::default()
     };
     let mut again = TestApp::spawn_on("", opts).await.unwrap();
-    assert_eq!(
-        again
-            .client
-            .get(again.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert!(again.terminate().await.unwrap().success());
+    again.public().ready().expect(200).await;
+    assert!(again.process.terminate().await.unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -234,12 +182,9 @@ fn tempdir_in_target(name: &str) -> std::path::PathBuf {
 async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodies() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let post = |body: &'static str, content_type: &'static str| {
-        app.client
-            .post(app.url("/v1/admin/tenants"))
-            .bearer_auth(tidings_tests::ADMIN_TOKEN)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
+        app.raw(Method::POST, "/v1/admin/tenants")
+            .bearer(ADMIN_TOKEN)
+            .body(Some(content_type), body)
     };
     for (body, content_type, status) in [
         ("{\"name\": ", "application/json", 400),
@@ -254,8 +199,7 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
         ("", "application/json", 400),
         ("name=x", "application/x-www-form-urlencoded", 415),
     ] {
-        let resp = post(body, content_type).await.unwrap();
-        let problem = expect_problem(resp, status).await;
+        let problem = post(body, content_type).problem(status).await;
         assert!(
             problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
             "{body}: {problem}"
@@ -263,11 +207,7 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
     }
     // Nothing was stored by any of them.
     let pool = db.pool().await.unwrap();
-    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(tenants, 0);
+    assert_eq!(sql::count(&pool, sql::Rows::Tenants).await, 0);
 }
 
 /// The documented schema of a 200/201 JSON response of `method path`.
@@ -286,29 +226,20 @@ fn response_schema<'a>(spec: &'a Value, path: &str, method: &str) -> &'a Value {
     &spec["components"]["schemas"][name]
 }
 
+/// A server with a tenant, a token for its user `user-1`, and the OpenAPI
+/// document it serves.
+async fn served_spec_with_a_user() -> (TenantFixture, String, Value) {
+    let f = TenantFixture::spawn().await;
+    let token = f.token("user-1").await;
+    let spec = f.app.public().openapi().expect(200).await;
+    (f, token, spec)
+}
+
 #[tokio::test]
 async fn fields_answered_as_null_are_documented_nullable() {
-    let (app, _db) = TestApp::spawn().await.unwrap();
-    let tenant = app.create_tenant().await;
-    let token = app.user_token(&tenant, "user-1").await;
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    app.client
-        .put(app.url("/v1/users/user-1"))
-        .bearer_auth(&tenant.api_key)
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    let (f, token, spec) = served_spec_with_a_user().await;
+    let (app, tenant) = (&f.app, &f.tenant);
+    f.api().put_user("user-1", &json!({})).expect(200).await;
     // Empty feed, no watermarks, last pages, a user without contact data: each
     // answer carries nulls.
     let calls: [(&str, &str, &str, &str); 6] = [
@@ -336,17 +267,11 @@ async fn fields_answered_as_null_are_documented_nullable() {
     ];
     let mut nulls_seen = 0;
     for (method, template, path, credential) in calls {
-        let req = match method {
-            "get" => app.client.get(app.url(path)),
-            _ => app.client.post(app.url(path)).json(&serde_json::json!({})),
+        let call = match method {
+            "get" => app.raw(Method::GET, path),
+            _ => app.raw(Method::POST, path).json(&json!({})),
         };
-        let resp = req.bearer_auth(credential).send().await.unwrap();
-        assert!(
-            resp.status().is_success(),
-            "{method} {path}: {}",
-            resp.status()
-        );
-        let body: Value = resp.json().await.unwrap();
+        let body = call.bearer(credential).expect(200).await;
         let schema = response_schema(&spec, template, method);
         let Some(fields) = body.as_object() else {
             continue;
@@ -370,18 +295,8 @@ async fn fields_answered_as_null_are_documented_nullable() {
 
 #[tokio::test]
 async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_operation() {
-    let (app, _db) = TestApp::spawn().await.unwrap();
-    let tenant = app.create_tenant().await;
-    let token = app.user_token(&tenant, "user-1").await;
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (f, token, spec) = served_spec_with_a_user().await;
+    let (app, tenant) = (&f.app, &f.tenant);
     let mut checked = 0;
     for (template, operations) in spec["paths"].as_object().unwrap() {
         for (method, operation) in operations.as_object().unwrap() {
@@ -389,7 +304,7 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
                 continue;
             }
             let credential = match operation["security"][0].as_object() {
-                Some(s) if s.contains_key("AdminAuth") => tidings_tests::ADMIN_TOKEN,
+                Some(s) if s.contains_key("AdminAuth") => ADMIN_TOKEN,
                 Some(s) if s.contains_key("UserTokenAuth") => token.as_str(),
                 _ => tenant.api_key.as_str(),
             };
@@ -405,15 +320,11 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
                 .collect::<Vec<_>>()
                 .join("/");
             let method_name = method.to_uppercase();
-            let resp = app
-                .client
-                .request(method_name.parse().unwrap(), app.url(&path))
-                .bearer_auth(credential)
-                .body("{}")
-                .send()
-                .await
-                .unwrap();
-            expect_problem(resp, 415).await;
+            app.raw(method_name.parse().unwrap(), &path)
+                .bearer(credential)
+                .body(None, "{}")
+                .problem(415)
+                .await;
             let documented = &operation["responses"]["415"]["content"]["application/problem+json"];
             assert!(
                 !documented.is_null(),
