@@ -48,11 +48,12 @@ pg_run_user() {
   if id -u postgres >/dev/null 2>&1; then echo postgres; else echo nobody; fi
 }
 
-# Runs a command as pg_run_user.
+# Runs a command as pg_run_user; from / when that is another account, which may
+# not be allowed into the working directory (paths given must be absolute).
 as_pg_user() {
   local user
   user=$(pg_run_user)
-  if [ -n "$user" ]; then runuser -u "$user" -- "$@"; else "$@"; fi
+  if [ -n "$user" ]; then (cd / && runuser -u "$user" -- "$@"); else "$@"; fi
 }
 
 # private_pg_dir NAME: prints the directory of the private cluster NAME (it holds

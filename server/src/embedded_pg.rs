@@ -108,6 +108,8 @@ impl EmbeddedPostgres {
 
     fn launch(requested: &Path, choice: Choice, port: u16) -> anyhow::Result<Self> {
         let bin_dir = find_bin_dir().ok_or_else(|| anyhow!(INSTALL_HINT))?;
+        // Absolute: the server may start in another working directory (apply_user).
+        let bin_dir = bin_dir.canonicalize().unwrap_or(bin_dir);
         let run_as = unprivileged_user()?;
         let root = resolve_root(requested, choice, run_as.as_ref())?;
         let data_dir = root.join("pg");
@@ -280,6 +282,9 @@ fn apply_user(cmd: &mut Command, user: Option<&User>) {
     if let Some(user) = user {
         cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
         cmd.env("HOME", &user.dir).env("USER", &user.name);
+        // Our working directory may be closed to that account (a 0700 checkout);
+        // every path we pass is absolute.
+        cmd.current_dir("/");
     }
 }
 
