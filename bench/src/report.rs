@@ -312,6 +312,18 @@ fn check_numbers(v: &Value, path: &str, problems: &mut Vec<String>) {
     }
 }
 
+/// `deliveries: autovacuum_vacuum_scale_factor=0.01, …` for the report header.
+fn table_options_line(tables: &std::collections::BTreeMap<String, Vec<String>>) -> String {
+    if tables.is_empty() {
+        return "no per-table settings".into();
+    }
+    tables
+        .iter()
+        .map(|(table, options)| format!("{table}: {}", options.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(
@@ -324,7 +336,7 @@ pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
     let _ = writeln!(
         md,
         "Commit `{}`, command `{}`, wall time {:.0} s.  \nMachine: {} cores ({}), {:.1} GiB memory, {}.  \n\
-         PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}.  \n\
+         PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}, autovacuum {} ({}).  \n\
          Load generators: {}.\n",
         report.git_sha,
         report.command,
@@ -339,6 +351,8 @@ pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
         s("fsync"),
         s("max_wal_size"),
         s("jit"),
+        s("autovacuum"),
+        table_options_line(&pg.table_options),
         report.machine.load_generators,
     );
     let _ = writeln!(md, "Seed: {}\n", seed_line(&report.seed));

@@ -105,9 +105,17 @@ pub struct DatabaseArgs {
     /// embedded PostgreSQL is started from the machine's installed binaries.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Directory for the embedded PostgreSQL's data (kept between runs).
-    #[arg(long, env = "TIDINGS_DATA_DIR", default_value = defaults::DATA_DIR)]
-    pub data_dir: PathBuf,
+    /// Directory for the embedded PostgreSQL's data (kept between runs). Default:
+    /// ./.tidings. Run as root, PostgreSQL runs as the `postgres` (or `nobody`) account;
+    /// when that account cannot reach ./.tidings (a checkout under a 0700 home, or in a
+    /// `mktemp -d` directory), the default moves by itself to
+    /// /var/lib/tidings/<checkout>-<hash of the path> (or the same under the temp dir),
+    /// the same place on every start, and the log says where. A directory given here
+    /// (flag or environment) is used as given, or refused when unreachable.
+    // `None` means clap took no value from the command line or the environment:
+    // the value source "default" as a type, so every subcommand gets it for free.
+    #[arg(long, env = "TIDINGS_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,

@@ -34,6 +34,9 @@ pub struct AppOptions {
     pub env: Vec<(String, String)>,
     /// When true, DATABASE_URL is not passed (the embedded default).
     pub no_database_url: bool,
+    /// Working directory of the process (the embedded default's `./.tidings` is
+    /// relative to it); the test's own when `None`.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 impl AppOptions {
@@ -77,7 +80,11 @@ impl TestApp {
         cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(&opts.args);
-        cmd.env_remove("DATABASE_URL");
+        cmd.env_remove("DATABASE_URL")
+            .env_remove("TIDINGS_DATA_DIR");
+        if let Some(dir) = &opts.cwd {
+            cmd.current_dir(dir);
+        }
         if !opts.no_database_url {
             cmd.env("DATABASE_URL", database_url);
         }
