@@ -40,9 +40,64 @@ ensure_postgres_binaries() {
   fi
 }
 
+# The account private PostgreSQL clusters run as: PostgreSQL refuses to run as
+# root, so root hands them to `postgres` (or `nobody`); anyone else runs them
+# as themselves (prints nothing).
+pg_run_user() {
+  [ "$(id -u)" = 0 ] || return 0
+  if id -u postgres >/dev/null 2>&1; then echo postgres; else echo nobody; fi
+}
+
+# Runs a command as pg_run_user; from / when that is another account, which may
+# not be allowed into the working directory (paths given must be absolute).
+as_pg_user() {
+  local user
+  user=$(pg_run_user)
+  if [ -n "$user" ]; then (cd / && runuser -u "$user" -- "$@"); else "$@"; fi
+}
+
+# private_pg_dir NAME: prints the directory of the private cluster NAME (it holds
+# data/ and postgres.log), made and owned by the account the cluster runs as.
+# That is target/NAME when that account can reach target/, as in any ordinary
+# checkout. A checkout others cannot search (root's /root/tidings, a `mktemp -d`
+# directory) gets /var/lib/tidings/<checkout>-NAME-<hash>, or the same under
+# $TMPDIR when /var/lib is read-only: the hash is of target/NAME's real path, so
+# every run of one checkout finds its cluster again and two checkouts never share
+# one. `tidings serve` falls back the same way (server/src/embedded_pg.rs).
+private_pg_dir() {
+  local name=$1 user dir real base candidate
+  user=$(pg_run_user)
+  mkdir -p "$TIDINGS_ROOT/target"
+  dir="$TIDINGS_ROOT/target/$name"
+  if [ -n "$user" ] && ! runuser -u "$user" -- test -x "$TIDINGS_ROOT/target"; then
+    real="$(cd "$TIDINGS_ROOT/target" && pwd -P)/$name"
+    dir=""
+    for base in /var/lib/tidings "${TMPDIR:-/tmp}/tidings"; do
+      candidate="$base/$(basename "$TIDINGS_ROOT")-$name-$(printf '%s' "$real" | sha256sum | cut -c1-16)"
+      # In a shared temp dir someone else may have made the path first: use only
+      # real directories owned by root.
+      mkdir -p "$candidate" 2>/dev/null || continue
+      [ ! -L "$base" ] && [ ! -L "$candidate" ] && [ "$(stat -c %u "$base")" = 0 ] || continue
+      chmod 0755 "$base" || continue
+      runuser -u "$user" -- test -x "$base" || continue
+      dir=$candidate
+      break
+    done
+    if [ -z "$dir" ]; then
+      echo "no directory $user can reach for the private PostgreSQL $name" >&2
+      return 1
+    fi
+    [ -f "$dir/origin" ] || printf '%s\n' "$real" >"$dir/origin"
+    log "$TIDINGS_ROOT/target is not reachable by $user; the private PostgreSQL $name lives in $dir"
+  fi
+  mkdir -p "$dir"
+  [ -n "$user" ] && chown "$user" "$dir"
+  echo "$dir"
+}
+
 # A PostgreSQL server for tests and benchmarks. Uses TIDINGS_TEST_DATABASE_URL
 # when set, the machine's server on 127.0.0.1:5432 when it answers, and otherwise
-# starts a private one under target/test-pg (port 55432).
+# starts a private one in private_pg_dir test-pg (port 55432).
 ensure_test_postgres() {
   ensure_postgres_binaries
   if [ -n "${TIDINGS_TEST_DATABASE_URL:-}" ]; then return 0; fi
@@ -61,19 +116,16 @@ ensure_test_postgres() {
       return 0
     fi
   fi
-  local dir="$TIDINGS_ROOT/target/test-pg" bin user=""
+  local dir bin
   bin=$(pg_bin_dir)
-  [ "$(id -u)" = 0 ] && user=$(id -u postgres >/dev/null 2>&1 && echo postgres || echo nobody)
-  run_pg() { if [ -n "$user" ]; then runuser -u "$user" -- "$@"; else "$@"; fi; }
   if ! pg_isready -q -h 127.0.0.1 -p 55432; then
-    mkdir -p "$dir"
-    [ -n "$user" ] && chown "$user" "$dir"
+    dir=$(private_pg_dir test-pg) || return 1
     if [ ! -f "$dir/data/PG_VERSION" ]; then
       log "initialising a private PostgreSQL in $dir"
-      run_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+      as_pg_user "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
     fi
     log "starting the private PostgreSQL on 127.0.0.1:55432"
-    run_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
+    as_pg_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
       -o "-p 55432 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300" start >/dev/null
   fi
   export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres

@@ -1,11 +1,13 @@
 -- POST /v1/alerts for named recipients on in_app + webhook, every key new: the
 -- statements create_alert/fan_out run inside the request's transaction, in the
--- order they run them (server/src/alerts.rs). The harness wraps them in
+-- order they run them (server/src/alerts/submit.rs). The harness wraps them in
 -- BEGIN/COMMIT and precedes them with one generator SELECT (\gset) that makes
 -- unique keys, ids and the column arrays for each transaction: the baseline pays
 -- that one extra round trip, the service pays key derivation in Rust instead.
 -- source: server/src/store/alerts.rs
+-- source: server/src/store/deliveries.rs
 -- source: server/src/store/webhook_endpoints.rs
+-- source: server/src/store/notify.rs
 SELECT pg_try_advisory_xact_lock($1);
 INSERT INTO notifications
              (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)
@@ -28,6 +30,6 @@ INSERT INTO inbox_items
          SELECT $1, r, k, $2, $3, $4, $5, $6
            FROM unnest($7::text[], $8::text[]) AS t(r, k)
          ON CONFLICT (tenant_id, notification_key) DO NOTHING;
-SELECT pg_notify('tidings_outbox', $1);
+SELECT pg_notify($1, $2);
 INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8);

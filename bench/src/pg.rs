@@ -23,6 +23,11 @@ const REPORTED_SETTINGS: &[&str] = &[
     "jit",
     "shared_preload_libraries",
     "autovacuum",
+    "track_counts",
+    "autovacuum_naptime",
+    "autovacuum_max_workers",
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_cost_delay",
 ];
 
 #[derive(Debug, Clone)]
@@ -60,6 +65,7 @@ impl Target {
         let mut admin = PgConnection::connect(&self.admin_url)
             .await
             .context("connecting to the bench PostgreSQL")?;
+        require_autovacuum(&mut admin).await?;
         sqlx::query(&format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.database
@@ -92,11 +98,33 @@ impl Target {
     }
 }
 
+/// Refuses a server whose autovacuum does not run. Dead tuples, table sizes and
+/// everything that depends on them (the drain soak) would then show a server
+/// nobody runs: the embedded default and any production server vacuum, and the
+/// migrations tune it per table. The shared PostgreSQL of a development machine
+/// often has it off; `scripts/bench` starts a private cluster with it on.
+async fn require_autovacuum(conn: &mut PgConnection) -> anyhow::Result<()> {
+    let (autovacuum, track_counts): (String, String) =
+        sqlx::query_as("SELECT current_setting('autovacuum'), current_setting('track_counts')")
+            .fetch_one(conn)
+            .await?;
+    anyhow::ensure!(
+        autovacuum == "on" && track_counts == "on",
+        "the bench PostgreSQL runs with autovacuum = {autovacuum}, track_counts = {track_counts}: \
+         its figures would show no vacuum at all, unlike the embedded default or any production \
+         server. Run `scripts/bench` (its private cluster sets autovacuum=on), or turn both on."
+    );
+    Ok(())
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PgFacts {
     pub version: String,
     pub server_version_num: i64,
     pub settings: BTreeMap<String, String>,
+    /// Per-table storage parameters after the migrations (`reloptions`, e.g. the
+    /// autovacuum thresholds migration 0008 sets on `deliveries`), by table.
+    pub table_options: BTreeMap<String, Vec<String>>,
 }
 
 pub async fn facts(pool: &PgPool) -> anyhow::Result<PgFacts> {
@@ -113,10 +141,19 @@ pub async fn facts(pool: &PgPool) -> anyhow::Result<PgFacts> {
             .fetch_all(pool)
             .await?;
     let settings = rows.into_iter().collect();
+    let tables: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "SELECT c.relname::text, c.reloptions FROM pg_class c
+         WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+           AND c.reloptions IS NOT NULL
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(PgFacts {
         version,
         server_version_num: num.parse().unwrap_or(0),
         settings,
+        table_options: tables.into_iter().collect(),
     })
 }
 

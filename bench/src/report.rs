@@ -314,6 +314,28 @@ fn check_numbers(v: &Value, path: &str, problems: &mut Vec<String>) {
     }
 }
 
+/// `deliveries: autovacuum_vacuum_scale_factor=0.01, …` for the report header
+/// (from the results JSON's `machine.postgres.table_options`; older files
+/// have none).
+fn table_options_line(tables: &Value) -> String {
+    let Some(tables) = tables.as_object().filter(|t| !t.is_empty()) else {
+        return "no per-table settings".into();
+    };
+    tables
+        .iter()
+        .map(|(table, options)| {
+            let options: Vec<&str> = options
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str())
+                .collect();
+            format!("{table}: {}", options.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(
@@ -352,7 +374,7 @@ pub fn run_header(report: &Value) -> String {
     let version = pg["version"].as_str().unwrap_or("?");
     format!(
         "Commit `{}`, command `{}`, wall time {:.0} s.  \nMachine: {} cores ({}), {:.1} GiB memory, {}.  \n\
-         PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}, autovacuum {}.  \n\
+         PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}, autovacuum {} ({}).  \n\
          Load generators: {}.\n\nSeed: {}",
         report["git_sha"].as_str().unwrap_or("?"),
         report["command"].as_str().unwrap_or("?"),
@@ -368,6 +390,7 @@ pub fn run_header(report: &Value) -> String {
         s("max_wal_size"),
         s("jit"),
         s("autovacuum"),
+        table_options_line(&pg["table_options"]),
         m["load_generators"],
         seed_line(&report["seed"]),
     )

@@ -1,6 +1,6 @@
 //! Notification keys: one notification per (tenant, event type, entity,
-//! recipient, channel) — DESIGN.md invariants 4 and 5 — and stable advisory
-//! lock keys (invariant 7).
+//! recipient, channel) — ARCHITECTURE.md, invariants 4 and 5 — and stable
+//! advisory lock keys (invariant 7).
 //!
 //! A key has two faces. [`NotificationKey::readable`] is for people (logs,
 //! support, the API): `v1:` followed by the five parts separated by `:`, each
@@ -19,6 +19,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{tagged_digest, to_hex, TAG_LOCK_KEY, TAG_NOTIFICATION_KEY};
+use crate::id::{EntityId, EventType, UserId};
 
 /// Longest id accepted, in bytes of UTF-8. Generous for UUIDs, ULIDs, emails
 /// and URNs, and small enough to index.
@@ -54,6 +55,15 @@ impl Channel {
 impl fmt::Display for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// For columns read as text (`#[sqlx(try_from = "String")]` in the server).
+impl TryFrom<String> for Channel {
+    type Error = KeyError;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 
@@ -107,7 +117,9 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), KeyError> {
     Ok(())
 }
 
-const FIELDS: [&str; 4] = ["tenant", "event_type", "entity_id", "recipient_id"];
+/// How the key's parts are named in errors (pinned by `core/golden.json`).
+const TENANT_FIELD: &str = "tenant";
+const RECIPIENT_FIELD: &str = "recipient_id";
 
 /// The idempotency key of one notification. Valid by construction: the only
 /// ways to get one are [`NotificationKey::derive`] and parsing a readable key.
@@ -122,6 +134,8 @@ pub struct NotificationKey {
 }
 
 impl NotificationKey {
+    /// From unchecked strings (the WebAssembly API, readable keys): each part
+    /// is parsed into its id type, in order, so the first bad one is named.
     pub fn derive(
         tenant: &str,
         event_type: &str,
@@ -129,10 +143,28 @@ impl NotificationKey {
         recipient_id: &str,
         channel: Channel,
     ) -> Result<Self, KeyError> {
-        let ids = [tenant, event_type, entity_id, recipient_id];
-        for (field, value) in FIELDS.into_iter().zip(ids) {
-            validate_id(field, value)?;
-        }
+        validate_id(TENANT_FIELD, tenant)?;
+        let event_type = EventType::parse(event_type)?;
+        let entity_id = EntityId::parse(entity_id)?;
+        let recipient = UserId::parse_as(RECIPIENT_FIELD, recipient_id)?;
+        Self::new(tenant, &event_type, &entity_id, &recipient, channel)
+    }
+
+    /// From ids parsed on entry; only the tenant is checked here.
+    pub fn new(
+        tenant: &str,
+        event_type: &EventType,
+        entity_id: &EntityId,
+        recipient: &UserId,
+        channel: Channel,
+    ) -> Result<Self, KeyError> {
+        validate_id(TENANT_FIELD, tenant)?;
+        let ids = [
+            tenant,
+            event_type.as_str(),
+            entity_id.as_str(),
+            recipient.as_str(),
+        ];
         let mut readable = String::from(READABLE_PREFIX);
         for value in ids {
             escape_into(&mut readable, value);
@@ -141,9 +173,9 @@ impl NotificationKey {
         readable.push_str(channel.as_str());
         Ok(NotificationKey {
             tenant: tenant.to_owned(),
-            event_type: event_type.to_owned(),
-            entity_id: entity_id.to_owned(),
-            recipient_id: recipient_id.to_owned(),
+            event_type: event_type.to_string(),
+            entity_id: entity_id.to_string(),
+            recipient_id: recipient.to_string(),
             channel,
             readable,
         })

@@ -6,6 +6,7 @@
 //! own (callers pass random numbers in), no dependency on the server. Every
 //! function here is deterministic and builds for `wasm32-unknown-unknown`.
 //!
+//! - [`id`]: ids parsed once (`TeamId`, `UserId`, `EventType`, `EntityId`).
 //! - [`key`]: notification keys (readable and SHA-256) and advisory lock keys.
 //! - [`position`]: feed positions `(tx, id)` and their opaque cursors.
 //! - [`watermark`]: seen/read watermarks, individually read items, badges.
@@ -16,6 +17,7 @@
 
 mod encoding;
 pub mod fanout;
+pub mod id;
 pub mod key;
 pub mod position;
 pub mod retry;
@@ -24,6 +26,7 @@ pub mod wasm;
 pub mod watermark;
 
 pub use fanout::{decide, Decision, FanoutThresholds, Rates, SendKind, Strategy};
+pub use id::{EntityId, EventType, TeamId, UserId};
 pub use key::{stable_lock_key, validate_id, Channel, KeyError, NotificationKey, MAX_ID_BYTES};
 pub use position::{CursorError, Position};
 pub use retry::{NextAttempt, RetrySchedule};

@@ -6,7 +6,7 @@
 //!
 //! The checksum is not a secret (anyone can compute it); it exists so that a
 //! truncated, mangled or hand-edited cursor is refused with a clear error
-//! instead of silently paging from a wrong place (DESIGN.md invariant 10).
+//! instead of silently paging from a wrong place (ARCHITECTURE.md, invariant 10).
 
 use std::fmt;
 
@@ -19,7 +19,7 @@ use crate::encoding::{tagged_digest, TAG_CURSOR};
 /// A feed position: `tx` is the writing transaction's id (PostgreSQL `xid8`
 /// stored as `bigint`), `id` a row id from one sequence shared by all feed
 /// items. Ordered by `(tx, id)` — the derived `Ord` compares fields in
-/// declaration order, which is exactly that. See DESIGN.md invariant 2: rows
+/// declaration order, which is exactly that. See ARCHITECTURE.md, invariant 2: rows
 /// become visible in commit order, which `tx` follows and `id` does not.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,

@@ -1,4 +1,4 @@
-//! When to try a failed delivery again (DESIGN.md invariant 6). A pure function
+//! When to try a failed delivery again (ARCHITECTURE.md, invariant 6). A pure function
 //! of the attempt count and a caller-supplied random number, so the worker, the
 //! tests and the browser all compute the same schedule.
 

@@ -1,4 +1,4 @@
-//! Seen/read watermarks and badge arithmetic (DESIGN.md invariant 3).
+//! Seen/read watermarks and badge arithmetic (ARCHITECTURE.md, invariant 3).
 //!
 //! A user has two watermarks: everything at or below `seen` has been shown in
 //! the bell, everything at or below `read` has been opened. Items read one by
@@ -163,11 +163,15 @@ pub struct BadgeCount {
     pub capped: bool,
 }
 
-/// Counts positions above `mark` that are not in `individually_read` (pass an
-/// empty set for unseen counts), stopping at `cap`: when more than `cap`
-/// qualify the result is `count == cap, capped == true`; exactly `cap` is not
-/// capped. Each position in the input counts once per occurrence; the feed
-/// never repeats one.
+/// Counts positions above `mark` that are not in `individually_read`,
+/// stopping at `cap`: when more than `cap` qualify the result is
+/// `count == cap, capped == true`; exactly `cap` is not capped. Each position
+/// in the input counts once per occurrence; the feed never repeats one.
+///
+/// Unread: `mark` is the read watermark. Unseen: `mark` is
+/// [`Watermarks::effective_seen`], with the same read set — an item read one
+/// by one is seen too ([`classify`]), and the server's badge SQL counts it as
+/// neither.
 pub fn unread_count(
     positions: impl IntoIterator<Item = Position>,
     mark: Position,

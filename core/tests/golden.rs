@@ -1,5 +1,5 @@
 //! Golden vectors: `core/golden.json` pins the exact bytes of keys, digests,
-//! lock keys and cursors (DESIGN.md invariant 5), plus sample retry and fan-out
+//! lock keys and cursors (ARCHITECTURE.md, invariant 5), plus sample retry and fan-out
 //! decisions. The Node suite in `wasm/test/` checks the WebAssembly build
 //! against the same file.
 //!

@@ -1,5 +1,5 @@
 //! Credentials. Tenant and user always come from here, never from a request body
-//! (DESIGN.md invariant 9).
+//! (ARCHITECTURE.md, invariant 9).
 //!
 //! Three kinds, all `Authorization: Bearer …`:
 //! - **API key** (`tdk_…`): a tenant's backend. Stored only as a SHA-256 hash.
@@ -14,17 +14,18 @@
 use std::time::Duration;
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use poem::Request;
 use poem_openapi::{auth::Bearer, SecurityScheme};
-use rand::RngCore;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use tidings_core::UserId;
 use uuid::Uuid;
 
-use crate::{error::ApiError, state::AppState, store};
-
-pub const API_KEY_PREFIX: &str = "tdk_";
+use crate::{
+    credentials::{hash_api_key, UserClaims, API_KEY_PREFIX},
+    error::ApiError,
+    state::AppState,
+    store,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantCtx {
@@ -34,7 +35,7 @@ pub struct TenantCtx {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserCtx {
     pub tenant_id: Uuid,
-    pub user_id: String,
+    pub user_id: UserId,
 }
 
 /// Server-to-server calls: `Authorization: Bearer tdk_…`.
@@ -128,13 +129,6 @@ async fn tenant_for_api_key(state: &AppState, key: &str) -> Result<Option<Uuid>,
     Ok(found)
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct UserClaims {
-    pub sub: String,
-    pub tid: String,
-    pub exp: i64,
-}
-
 async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, ApiError> {
     let bad = |why: &str| ApiError::unauthorized(format!("invalid user token: {why}"));
     // The tenant (and so the key) is named inside the token; read it unverified,
@@ -169,11 +163,8 @@ async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, Api
         }
         _ => bad("malformed"),
     })?;
-    tidings_core::validate_id("sub", &data.claims.sub).map_err(|e| bad(&e.to_string()))?;
-    Ok(UserCtx {
-        tenant_id,
-        user_id: data.claims.sub,
-    })
+    let user_id = UserId::parse_as("sub", data.claims.sub).map_err(|e| bad(&e.to_string()))?;
+    Ok(UserCtx { tenant_id, user_id })
 }
 
 async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<String>, ApiError> {
@@ -189,43 +180,6 @@ async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<Stri
             .await;
     }
     Ok(found)
-}
-
-/// Mints a user token exactly as a tenant's backend would.
-pub fn mint_user_token(
-    secret: &str,
-    tenant_id: Uuid,
-    user_id: &str,
-    exp: i64,
-) -> anyhow::Result<String> {
-    let claims = UserClaims {
-        sub: user_id.to_string(),
-        tid: tenant_id.to_string(),
-        exp,
-    };
-    Ok(jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
-    )?)
-}
-
-pub fn new_api_key() -> String {
-    format!("{API_KEY_PREFIX}{}", random_token(32))
-}
-
-pub fn new_signing_secret() -> String {
-    random_token(32)
-}
-
-pub fn random_token(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    rand::thread_rng().fill_bytes(&mut buf);
-    URL_SAFE_NO_PAD.encode(buf)
-}
-
-pub fn hash_api_key(key: &str) -> Vec<u8> {
-    Sha256::digest(key.as_bytes()).to_vec()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -265,13 +219,5 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
         assert!(!constant_time_eq(b"", b""));
-    }
-
-    #[test]
-    fn api_keys_are_prefixed_random_and_hash_to_32_bytes() {
-        let (a, b) = (new_api_key(), new_api_key());
-        assert!(a.starts_with(API_KEY_PREFIX));
-        assert_ne!(a, b);
-        assert_eq!(hash_api_key(&a).len(), 32);
     }
 }

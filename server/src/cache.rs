@@ -2,8 +2,9 @@
 //!
 //! What is cached: each user's teams with their join positions, read by every
 //! feed request (the feed query then needs no join against `memberships`).
-//! Every membership change sends `NOTIFY tidings_cache` in its own transaction;
-//! every instance listens and drops the user's entry when the change commits.
+//! Every membership change notifies `NotifyChannel::Cache` in its own
+//! transaction; every instance listens and drops the user's entry when the
+//! change commits.
 //!
 //! **Architecture invariant:** a cached entry is only trusted while this
 //! instance's LISTEN connection is up. While it is down (or not yet up) reads go
@@ -19,34 +20,21 @@ use std::{
 };
 
 use moka::future::Cache;
-use sqlx::{postgres::PgListener, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
+    listen::{Event, Subscription},
     shutdown::Shutdown,
-    store::teams::{self, Membership},
+    store::{
+        notify::{MembershipsChanged, NotifyChannel},
+        teams::{self, Membership},
+    },
 };
-
-/// The NOTIFY channel every instance listens on.
-pub const CHANNEL: &str = "tidings_cache";
-
-const MEMBERSHIPS_PREFIX: &str = "memberships:";
 
 /// A backstop only: invalidation is by notification.
 const MEMBERSHIPS_TTL: Duration = Duration::from_secs(300);
 const MEMBERSHIPS_CAPACITY: u64 = 100_000;
-
-/// The NOTIFY payload telling every instance that a user's teams changed. A
-/// tenant id is a UUID (no `:`), so the user id after it may contain anything.
-pub fn memberships_notice(tenant_id: Uuid, user_id: &str) -> String {
-    format!("{MEMBERSHIPS_PREFIX}{tenant_id}:{user_id}")
-}
-
-fn parse_memberships_notice(payload: &str) -> Option<(Uuid, String)> {
-    let rest = payload.strip_prefix(MEMBERSHIPS_PREFIX)?;
-    let (tenant, user) = rest.split_once(':')?;
-    Some((tenant.parse().ok()?, user.to_string()))
-}
 
 pub struct Caches {
     pub memberships: MembershipCache,
@@ -130,72 +118,35 @@ impl MembershipCache {
     }
 }
 
-/// Listens for invalidations until shutdown, reconnecting with a short pause
-/// after any error.
-pub async fn run_listener(pool: PgPool, caches: Arc<Caches>, mut shutdown: Shutdown) {
-    loop {
-        let session = listen_once(&pool, &caches);
-        tokio::select! {
-            _ = shutdown.wait() => break,
-            result = session => {
-                caches.memberships.set_listening(false);
-                if let Err(err) = result {
-                    tracing::warn!(error = %err, "cache invalidation listener lost its connection; reconnecting");
-                }
+/// Listens for invalidations until shutdown. The cache is trusted from each
+/// `Up` (which flushes it: notifications may have been missed before) to the
+/// next `Down` (which flushes it again and bypasses it until the next `Up`).
+pub async fn run_listener(pool: PgPool, caches: Arc<Caches>, shutdown: Shutdown) {
+    let mut subscription = Subscription::new(pool, NotifyChannel::Cache, shutdown);
+    while let Some(event) = subscription.next().await {
+        match event {
+            Event::Up => {
+                caches.memberships.set_listening(true);
+                tracing::info!("cache invalidation listener up");
             }
-        }
-        tokio::select! {
-            _ = shutdown.wait() => break,
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            Event::Down => caches.memberships.set_listening(false),
+            Event::Notification(payload) => match MembershipsChanged::parse(&payload) {
+                Some(changed) => {
+                    caches
+                        .memberships
+                        .invalidate(changed.tenant_id, &changed.user_id)
+                        .await
+                }
+                None => tracing::warn!(payload, "unknown cache notification"),
+            },
         }
     }
     caches.memberships.set_listening(false);
 }
 
-/// One LISTEN session: returns when the connection fails.
-async fn listen_once(pool: &PgPool, caches: &Caches) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    // A lost connection ends this session (and a fresh one clears the cache);
-    // no need for sqlx to reconnect this one first.
-    listener.eager_reconnect(false);
-    listener.listen(CHANNEL).await?;
-    // Anything cached before this point may have missed a notification.
-    caches.memberships.set_listening(true);
-    tracing::info!(channel = CHANNEL, "cache invalidation listener up");
-    loop {
-        match listener.try_recv().await? {
-            Some(notification) => match parse_memberships_notice(notification.payload()) {
-                Some((tenant_id, user_id)) => {
-                    caches.memberships.invalidate(tenant_id, &user_id).await
-                }
-                None => tracing::warn!(
-                    payload = notification.payload(),
-                    "unknown cache notification"
-                ),
-            },
-            // The connection dropped; notifications may have been lost.
-            None => return Err(sqlx::Error::Protocol("LISTEN connection closed".into())),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn notices_round_trip_whatever_the_user_id() {
-        let tenant = Uuid::now_v7();
-        for user in ["u1", "a:b:c", "ünïcödé", " "] {
-            let notice = memberships_notice(tenant, user);
-            assert_eq!(
-                parse_memberships_notice(&notice),
-                Some((tenant, user.to_string()))
-            );
-        }
-        assert_eq!(parse_memberships_notice("other:x"), None);
-        assert_eq!(parse_memberships_notice("memberships:not-a-uuid:u"), None);
-    }
 
     #[tokio::test]
     async fn an_untrusted_cache_is_bypassed_and_a_reconnect_clears_it() {

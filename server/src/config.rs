@@ -1,9 +1,47 @@
-//! Command line and environment. Every flag has an environment variable so the
-//! same binary runs from a shell, a container or a test harness.
+//! Every setting: the command line and its environment variables (every flag
+//! has one, so the same binary runs from a shell, a container or a test
+//! harness), the defaults — each written once, as a constant below — and the
+//! validated settings the rest of the server reads ([`Settings`]).
+//!
+//! **Architecture invariant:** this module imports nothing of the server above
+//! it; what its value types need (e.g. [`AllowPrivate`]) is defined here.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tidings_core::{FanoutThresholds, RetrySchedule};
+
+/// Defaults, each written once. The outbox's are explained on [`OutboxConfig`].
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const DATA_DIR: &str = ".tidings";
+    pub const DB_MAX_CONNECTIONS: u32 = 16;
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    pub const MAX_BODY_BYTES: usize = 64 * 1024;
+    pub const SHUTDOWN_GRACE_SECS: u64 = 10;
+
+    pub const OUTBOX_WORKERS: usize = 1;
+    pub const OUTBOX_BATCH: u32 = 100;
+    pub const WORKER_CONCURRENCY: usize = 50;
+    pub const OUTBOX_LEASE_SECS: f64 = 60.0;
+    pub const OUTBOX_POLL_MS: u64 = 1000;
+    pub const DELIVERY_TIMEOUT_MS: u64 = 10_000;
+    pub const EMAIL_FROM: &str = "Tidings <notifications@localhost>";
+
+    pub const WEBHOOK_ROTATION_GRACE_SECS: u64 = 24 * 3600;
+    pub const IDEMPOTENCY_RETENTION_SECS: u64 = 24 * 3600;
+    pub const IDEMPOTENCY_PURGE_INTERVAL_SECS: u64 = 3600;
+    pub const IDEMPOTENCY_LEASE_SECS: u64 = 60;
+
+    pub const NATS_STREAM: &str = "TIDINGS_ALERTS";
+    pub const NATS_SUBJECT: &str = "tidings.alerts";
+    pub const NATS_DURABLE: &str = "tidings-alerts";
+    pub const NATS_ACK_WAIT_SECS: u64 = 30;
+
+    /// Shortest poll interval accepted, whatever is configured.
+    pub const MIN_OUTBOX_POLL: Duration = Duration::from_millis(10);
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -67,11 +105,19 @@ pub struct DatabaseArgs {
     /// embedded PostgreSQL is started from the machine's installed binaries.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Directory for the embedded PostgreSQL's data (kept between runs).
-    #[arg(long, env = "TIDINGS_DATA_DIR", default_value = ".tidings")]
-    pub data_dir: PathBuf,
+    /// Directory for the embedded PostgreSQL's data (kept between runs). Default:
+    /// ./.tidings. Run as root, PostgreSQL runs as the `postgres` (or `nobody`) account;
+    /// when that account cannot reach ./.tidings (a checkout under a 0700 home, or in a
+    /// `mktemp -d` directory), the default moves by itself to
+    /// /var/lib/tidings/<checkout>-<hash of the path> (or the same under the temp dir),
+    /// the same place on every start, and the log says where. A directory given here
+    /// (flag or environment) is used as given, or refused when unreachable.
+    // `None` means clap took no value from the command line or the environment:
+    // the value source "default" as a type, so every subcommand gets it for free.
+    #[arg(long, env = "TIDINGS_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Maximum connections in the pool.
-    #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
 }
 
@@ -80,19 +126,19 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// Address to listen on. Port 0 picks a free port; the bound address is printed.
-    #[arg(long, env = "TIDINGS_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "TIDINGS_LISTEN", default_value = defaults::LISTEN)]
     pub listen: SocketAddr,
     /// Largest accepted request body, in bytes.
-    #[arg(long, env = "TIDINGS_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
+    #[arg(long, env = "TIDINGS_MAX_BODY_BYTES", default_value_t = defaults::MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// Operator token for /v1/admin endpoints. When unset, one is generated at start-up
     /// and printed once to the log.
     #[arg(long, env = "TIDINGS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     #[command(flatten)]
-    pub alerts: crate::alerts::AlertsConfig,
+    pub alerts: AlertsConfig,
     /// Seconds to wait for in-flight requests on shutdown.
-    #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
     #[command(flatten)]
     pub worker: WorkerArgs,
@@ -107,42 +153,38 @@ pub struct WorkerCommandArgs {
 }
 
 /// The outbox workers: how they claim, deliver and retry. The defaults and why
-/// they are what they are: `crate::outbox::OutboxConfig`.
+/// they are what they are: [`OutboxConfig`].
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     /// Claim loops per process (each claims a batch, delivers it, records the
     /// results). 0 runs no outbox worker in this process.
-    #[arg(long, env = "TIDINGS_OUTBOX_WORKERS", default_value_t = 1)]
+    #[arg(long, env = "TIDINGS_OUTBOX_WORKERS", default_value_t = defaults::OUTBOX_WORKERS)]
     pub outbox_workers: usize,
     /// Deliveries claimed per batch.
-    #[arg(long, env = "TIDINGS_OUTBOX_BATCH", default_value_t = 100)]
+    #[arg(long, env = "TIDINGS_OUTBOX_BATCH", default_value_t = defaults::OUTBOX_BATCH)]
     pub outbox_batch: u32,
     /// Deliveries of one batch in flight at once.
-    #[arg(long, env = "TIDINGS_WORKER_CONCURRENCY", default_value_t = 50)]
+    #[arg(long, env = "TIDINGS_WORKER_CONCURRENCY", default_value_t = defaults::WORKER_CONCURRENCY)]
     pub worker_concurrency: usize,
     /// Seconds a claim is held; after that a crashed worker's deliveries are claimed again.
-    #[arg(long, env = "TIDINGS_OUTBOX_LEASE_SECS", default_value_t = 60.0)]
+    #[arg(long, env = "TIDINGS_OUTBOX_LEASE_SECS", default_value_t = defaults::OUTBOX_LEASE_SECS)]
     pub outbox_lease_secs: f64,
     /// Milliseconds between polls when no NOTIFY arrives.
-    #[arg(long, env = "TIDINGS_OUTBOX_POLL_MS", default_value_t = 1000)]
+    #[arg(long, env = "TIDINGS_OUTBOX_POLL_MS", default_value_t = defaults::OUTBOX_POLL_MS)]
     pub outbox_poll_ms: u64,
     /// Milliseconds one webhook request or SMTP send may take.
-    #[arg(long, env = "TIDINGS_DELIVERY_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "TIDINGS_DELIVERY_TIMEOUT_MS", default_value_t = defaults::DELIVERY_TIMEOUT_MS)]
     pub delivery_timeout_ms: u64,
     /// Webhook targets allowed besides public addresses: `none`, `loopback`,
     /// `private` (loopback, RFC 1918, CGNAT, unique-local IPv6) or `all`.
-    #[arg(long, env = "TIDINGS_WEBHOOK_ALLOW_PRIVATE", value_enum, default_value_t = crate::channels::ssrf::AllowPrivate::None)]
-    pub webhook_allow_private: crate::channels::ssrf::AllowPrivate,
+    #[arg(long, env = "TIDINGS_WEBHOOK_ALLOW_PRIVATE", value_enum, default_value_t = AllowPrivate::default())]
+    pub webhook_allow_private: AllowPrivate,
     /// SMTP server for email, e.g. smtp://127.0.0.1:2525 or smtps://user:pass@host.
     /// Without it, email deliveries wait for a worker that has one.
     #[arg(long, env = "TIDINGS_SMTP_URL")]
     pub smtp_url: Option<String>,
     /// From header of emails.
-    #[arg(
-        long,
-        env = "TIDINGS_EMAIL_FROM",
-        default_value = "Tidings <notifications@localhost>"
-    )]
+    #[arg(long, env = "TIDINGS_EMAIL_FROM", default_value = defaults::EMAIL_FROM)]
     pub email_from: String,
     /// Retry schedule: delay after the first failure (default: the core's, 5000).
     #[arg(long, env = "TIDINGS_RETRY_BASE_MS")]
@@ -159,4 +201,229 @@ pub struct WorkerArgs {
     /// Retry schedule: jitter fraction in [0, 1] (default: the core's, 0.2).
     #[arg(long, env = "TIDINGS_RETRY_JITTER")]
     pub retry_jitter: Option<f64>,
+}
+
+/// What besides public unicast addresses a webhook may target
+/// (`crate::channels::ssrf` enforces it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Default)]
+pub enum AllowPrivate {
+    /// Public addresses only (production default).
+    #[default]
+    None,
+    /// Also this machine (127.0.0.0/8, ::1): tests and single-host setups.
+    Loopback,
+    /// Also private networks: RFC 1918, CGNAT 100.64/10, unique-local fc00::/7.
+    Private,
+    /// Anything, link-local and metadata addresses included.
+    All,
+}
+
+/// Alert and alert-adjacent settings (flags and environment of `serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AlertsConfig {
+    /// Largest team expanded inside the alert's own transaction; larger teams are
+    /// expanded by a background worker.
+    #[arg(long, env = "TIDINGS_FANOUT_INLINE_MAX", default_value_t = FanoutThresholds::default().inline_max)]
+    pub fanout_inline_max: u64,
+    /// Members per background expansion batch (one transaction each).
+    #[arg(long, env = "TIDINGS_FANOUT_BATCH_SIZE", default_value_t = FanoutThresholds::default().batch_size)]
+    pub fanout_batch_size: u64,
+    /// How long a rotated-out webhook secret keeps signing, in seconds.
+    #[arg(long, env = "TIDINGS_WEBHOOK_ROTATION_GRACE_SECS", default_value_t = defaults::WEBHOOK_ROTATION_GRACE_SECS)]
+    pub webhook_rotation_grace_secs: u64,
+    /// How long Idempotency-Key responses are kept, in seconds (at least a day in
+    /// production; tests shorten it).
+    #[arg(long, env = "TIDINGS_IDEMPOTENCY_RETENTION_SECS", default_value_t = defaults::IDEMPOTENCY_RETENTION_SECS)]
+    pub idempotency_retention_secs: u64,
+    /// How often expired Idempotency-Keys are purged, in seconds.
+    #[arg(long, env = "TIDINGS_IDEMPOTENCY_PURGE_INTERVAL_SECS", default_value_t = defaults::IDEMPOTENCY_PURGE_INTERVAL_SECS)]
+    pub idempotency_purge_interval_secs: u64,
+    /// How long an in-flight Idempotency-Key blocks duplicates if its request dies.
+    #[arg(long, env = "TIDINGS_IDEMPOTENCY_LEASE_SECS", default_value_t = defaults::IDEMPOTENCY_LEASE_SECS)]
+    pub idempotency_lease_secs: u64,
+    /// NATS server to consume alert requests from (JetStream). Unset: no consumer.
+    #[arg(long, env = "TIDINGS_NATS_URL")]
+    pub nats_url: Option<String>,
+    #[arg(long, env = "TIDINGS_NATS_STREAM", default_value = defaults::NATS_STREAM)]
+    pub nats_stream: String,
+    #[arg(long, env = "TIDINGS_NATS_SUBJECT", default_value = defaults::NATS_SUBJECT)]
+    pub nats_subject: String,
+    /// Durable consumer name; every `serve` process shares it (work is split).
+    #[arg(long, env = "TIDINGS_NATS_DURABLE", default_value = defaults::NATS_DURABLE)]
+    pub nats_durable: String,
+    /// Seconds before an unacknowledged message is redelivered.
+    #[arg(long, env = "TIDINGS_NATS_ACK_WAIT_SECS", default_value_t = defaults::NATS_ACK_WAIT_SECS)]
+    pub nats_ack_wait_secs: u64,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        let t = FanoutThresholds::default();
+        AlertsConfig {
+            fanout_inline_max: t.inline_max,
+            fanout_batch_size: t.batch_size,
+            webhook_rotation_grace_secs: defaults::WEBHOOK_ROTATION_GRACE_SECS,
+            idempotency_retention_secs: defaults::IDEMPOTENCY_RETENTION_SECS,
+            idempotency_purge_interval_secs: defaults::IDEMPOTENCY_PURGE_INTERVAL_SECS,
+            idempotency_lease_secs: defaults::IDEMPOTENCY_LEASE_SECS,
+            nats_url: None,
+            nats_stream: defaults::NATS_STREAM.into(),
+            nats_subject: defaults::NATS_SUBJECT.into(),
+            nats_durable: defaults::NATS_DURABLE.into(),
+            nats_ack_wait_secs: defaults::NATS_ACK_WAIT_SECS,
+        }
+    }
+}
+
+impl AlertsConfig {
+    pub fn thresholds(&self) -> FanoutThresholds {
+        FanoutThresholds {
+            inline_max: self.fanout_inline_max,
+            batch_size: self.fanout_batch_size.max(1),
+            ..FanoutThresholds::default()
+        }
+    }
+
+    pub fn idempotency_lease(&self) -> Duration {
+        Duration::from_secs(self.idempotency_lease_secs.max(1))
+    }
+
+    pub fn idempotency_retention(&self) -> Duration {
+        Duration::from_secs(self.idempotency_retention_secs)
+    }
+
+    pub fn idempotency_purge_interval(&self) -> Duration {
+        Duration::from_secs(self.idempotency_purge_interval_secs.max(1))
+    }
+
+    pub fn webhook_rotation_grace(&self) -> Duration {
+        Duration::from_secs(self.webhook_rotation_grace_secs)
+    }
+}
+
+/// Validated worker settings.
+///
+/// Defaults and why:
+/// - **batch 100**: one claim and one completion statement per 100 deliveries
+///   keeps database round trips far below the network time of the sends,
+///   while a crashed worker strands at most 100 deliveries for one lease.
+/// - **concurrency 50**: a batch goes out in two waves, so even when every
+///   receiver hangs until the timeout a batch takes about 2 × 10 s.
+/// - **delivery timeout 10 s**: receivers are expected to acknowledge and work
+///   asynchronously (Standard Webhooks' advice); a slower one is retried.
+/// - **lease 60 s**: must exceed the time a batch can take (2 × 10 s) with a
+///   wide margin, or live deliveries would be claimed twice; and a crash
+///   delays its batch by only a minute. A delivery whose batch has used so
+///   much of the lease that it could not finish in time is not started but
+///   released (see `OutboxConfig::start_deadline` in `crate::outbox`), so a
+///   slow batch never turns into duplicates.
+/// - **retry schedule**: the core's default — 10 attempts, 5 s × 4ⁿ capped at
+///   1 h, 20 % jitter: dead about 4.5 h after the first failure (see
+///   `tidings_core::retry`).
+#[derive(Debug, Clone)]
+pub struct OutboxConfig {
+    pub loops: usize,
+    pub batch: u32,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub poll: Duration,
+    pub delivery_timeout: Duration,
+    pub allow_private: AllowPrivate,
+    pub smtp_url: Option<String>,
+    pub email_from: String,
+    pub retry: RetrySchedule,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            loops: defaults::OUTBOX_WORKERS,
+            batch: defaults::OUTBOX_BATCH,
+            concurrency: defaults::WORKER_CONCURRENCY,
+            lease: Duration::from_secs_f64(defaults::OUTBOX_LEASE_SECS),
+            poll: Duration::from_millis(defaults::OUTBOX_POLL_MS),
+            delivery_timeout: Duration::from_millis(defaults::DELIVERY_TIMEOUT_MS),
+            allow_private: AllowPrivate::default(),
+            smtp_url: None,
+            email_from: defaults::EMAIL_FROM.into(),
+            retry: RetrySchedule::default(),
+        }
+    }
+}
+
+impl OutboxConfig {
+    /// Checks the flags against each other. Whether the SMTP URL and the From
+    /// address parse is checked when the senders are built, also at start-up
+    /// (`OutboxConfig::channels`, in `crate::outbox`).
+    pub fn from_args(args: &WorkerArgs) -> anyhow::Result<Self> {
+        let core = RetrySchedule::default();
+        let retry = RetrySchedule {
+            base_ms: args.retry_base_ms.unwrap_or(core.base_ms),
+            factor: args.retry_factor.unwrap_or(core.factor),
+            max_delay_ms: args.retry_max_delay_ms.unwrap_or(core.max_delay_ms),
+            max_attempts: args.retry_max_attempts.unwrap_or(core.max_attempts),
+            jitter: args.retry_jitter.unwrap_or(core.jitter),
+        };
+        anyhow::ensure!(
+            args.outbox_batch >= 1,
+            "TIDINGS_OUTBOX_BATCH must be at least 1"
+        );
+        anyhow::ensure!(
+            args.worker_concurrency >= 1,
+            "TIDINGS_WORKER_CONCURRENCY must be at least 1"
+        );
+        anyhow::ensure!(
+            retry.max_attempts >= 1,
+            "TIDINGS_RETRY_MAX_ATTEMPTS must be at least 1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&retry.jitter),
+            "TIDINGS_RETRY_JITTER must be within [0, 1]"
+        );
+        anyhow::ensure!(
+            args.outbox_lease_secs.is_finite() && args.outbox_lease_secs > 0.0,
+            "TIDINGS_OUTBOX_LEASE_SECS must be positive"
+        );
+        let lease = Duration::from_secs_f64(args.outbox_lease_secs);
+        let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms.max(1));
+        // A lease shorter than two timeouts leaves no room to send and record.
+        anyhow::ensure!(
+            lease >= delivery_timeout * 2,
+            "TIDINGS_OUTBOX_LEASE_SECS ({lease:?}) must be at least twice TIDINGS_DELIVERY_TIMEOUT_MS ({delivery_timeout:?})"
+        );
+        Ok(OutboxConfig {
+            loops: args.outbox_workers,
+            batch: args.outbox_batch,
+            concurrency: args.worker_concurrency,
+            lease,
+            poll: Duration::from_millis(args.outbox_poll_ms).max(defaults::MIN_OUTBOX_POLL),
+            delivery_timeout,
+            allow_private: args.webhook_allow_private,
+            smtp_url: args.smtp_url.clone().filter(|u| !u.is_empty()),
+            email_from: args.email_from.clone(),
+            retry,
+        })
+    }
+}
+
+/// Runtime settings, shared by every handler and worker through the state.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_body_bytes: usize,
+    pub outbox: OutboxConfig,
+    /// The operator's bearer token for /v1/admin.
+    pub admin_token: String,
+    /// Alerts, idempotency, webhook endpoints and the NATS inbox.
+    pub alerts: AlertsConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_body_bytes: defaults::MAX_BODY_BYTES,
+            outbox: OutboxConfig::default(),
+            admin_token: String::new(),
+            alerts: AlertsConfig::default(),
+        }
+    }
 }

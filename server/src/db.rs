@@ -65,11 +65,14 @@ pub async fn open(
         let pool = connect(url, args.db_max_connections, Duration::from_secs(30)).await?;
         return Ok((pool, None));
     }
+    // An explicit data directory is used or refused; the default may fall back.
     let data_dir = args.data_dir.clone();
-    let embedded =
-        tokio::task::spawn_blocking(move || crate::embedded_pg::EmbeddedPostgres::start(&data_dir))
-            .await
-            .context("embedded PostgreSQL start-up panicked")??;
+    let embedded = tokio::task::spawn_blocking(move || match data_dir {
+        Some(dir) => crate::embedded_pg::EmbeddedPostgres::start(&dir),
+        None => crate::embedded_pg::EmbeddedPostgres::start_default(),
+    })
+    .await
+    .context("embedded PostgreSQL start-up panicked")??;
     let admin = connect(&embedded.url("postgres"), 1, Duration::from_secs(30)).await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'tidings')")

@@ -13,7 +13,19 @@
 //!
 //! PostgreSQL refuses to run as root, so when we are root the data directory is
 //! handed to an unprivileged account (`postgres` if it exists, else `nobody`) and
-//! the server runs as that account.
+//! the server runs as that account. That account must be able to reach the data
+//! directory, which a checkout under a 0700 home (`/root/tidings`) or a `mktemp -d`
+//! directory does not allow. What happens then depends on who chose the directory:
+//! - an explicit `--data-dir`/`TIDINGS_DATA_DIR` is used as given, or refused with
+//!   the directory that blocks the way: the operator asked for that place;
+//! - the default (`./.tidings`) falls back to a per-checkout directory under
+//!   `/var/lib/tidings` (or the system temp dir), named after a hash of the default's
+//!   canonical path, so the next start finds the same instance and two checkouts
+//!   never share one. See [`fallback_bases`] and `ARCHITECTURE.md` (operations).
+//!
+//! The server runs with autovacuum on, set on its command line rather than left to
+//! whatever `postgresql.conf` says: the migrations tune per-table autovacuum (0008,
+//! `deliveries`), which only does anything when the daemon runs.
 
 use std::{
     fs,
@@ -33,6 +45,37 @@ const INSTALL_HINT: &str = "PostgreSQL's server binaries (initdb, postgres) were
 Install them (Debian/Ubuntu: `apt-get install postgresql`; macOS: `brew install postgresql`) \
 or point Tidings at an existing server with DATABASE_URL=postgres://user@host:5432/db.";
 
+/// Where `tidings serve` keeps its data when no `--data-dir`/`TIDINGS_DATA_DIR` is
+/// given: relative to the working directory, i.e. next to the checkout for
+/// `scripts/run`.
+const DEFAULT_DATA_DIR: &str = ".tidings";
+
+/// Where the default data directory moves when the account PostgreSQL runs as
+/// cannot reach it, tried in order. `/var/lib/tidings` survives reboots; the temp
+/// dir is the last resort for machines where `/var/lib` is read-only.
+fn fallback_bases() -> Vec<PathBuf> {
+    vec![
+        PathBuf::from("/var/lib/tidings"),
+        std::env::temp_dir().join("tidings"),
+    ]
+}
+
+/// The server settings the embedded default always runs with, on its command line
+/// (so they win over `postgresql.conf` and `ALTER SYSTEM`). Autovacuum needs both
+/// the daemon and the statistics it decides from; the per-table settings of the
+/// migrations (0008 for `deliveries`) rely on them.
+const SERVER_SETTINGS: &[(&str, &str)] = &[
+    ("listen_addresses", "127.0.0.1"),
+    ("unix_socket_directories", ""),
+    ("max_connections", "200"),
+    ("autovacuum", "on"),
+    ("track_counts", "on"),
+];
+
+/// Name of the note left in an unreachable default data directory, saying where
+/// the data went instead.
+const FALLBACK_NOTE: &str = "where-is-the-data.txt";
+
 /// A running private PostgreSQL. Dropping it stops the server.
 pub struct EmbeddedPostgres {
     child: Option<Child>,
@@ -43,6 +86,9 @@ pub struct EmbeddedPostgres {
 impl EmbeddedPostgres {
     /// Initialises `root/pg` when needed, starts PostgreSQL and waits until it accepts
     /// connections. The returned URL points at database `postgres` as superuser `postgres`.
+    ///
+    /// `root` was chosen explicitly: when PostgreSQL's account cannot reach it, this
+    /// refuses (naming the directory in the way) rather than putting data elsewhere.
     pub fn start(root: &Path) -> anyhow::Result<Self> {
         Self::start_on_port(root, free_port()?)
     }
@@ -50,11 +96,23 @@ impl EmbeddedPostgres {
     /// Like [`EmbeddedPostgres::start`], on a given port: a server stopped and
     /// started again on the same port keeps its URL (tests restart it under load).
     pub fn start_on_port(root: &Path, port: u16) -> anyhow::Result<Self> {
+        Self::launch(root, Choice::Explicit, port)
+    }
+
+    /// Starts the embedded default in `./.tidings`, or in its per-checkout fallback
+    /// when the account PostgreSQL runs as cannot reach `./.tidings` (see the module
+    /// documentation); logs where the data went.
+    pub fn start_default() -> anyhow::Result<Self> {
+        Self::launch(Path::new(DEFAULT_DATA_DIR), Choice::Default, free_port()?)
+    }
+
+    fn launch(requested: &Path, choice: Choice, port: u16) -> anyhow::Result<Self> {
         let bin_dir = find_bin_dir().ok_or_else(|| anyhow!(INSTALL_HINT))?;
-        fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-        let root = root.canonicalize()?;
-        let data_dir = root.join("pg");
+        // Absolute: the server may start in another working directory (apply_user).
+        let bin_dir = bin_dir.canonicalize().unwrap_or(bin_dir);
         let run_as = unprivileged_user()?;
+        let root = resolve_root(requested, choice, run_as.as_ref())?;
+        let data_dir = root.join("pg");
 
         if let Some(port) = running_postmaster_port(&data_dir) {
             tracing::info!(data_dir = %data_dir.display(), port, "attaching to the PostgreSQL already running in the data directory");
@@ -80,12 +138,12 @@ impl EmbeddedPostgres {
         cmd.arg("-D")
             .arg(&data_dir)
             .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "unix_socket_directories="])
-            .args(["-c", "max_connections=200"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        for (name, value) in SERVER_SETTINGS {
+            cmd.arg("-c").arg(format!("{name}={value}"));
+        }
         apply_user(&mut cmd, run_as.as_ref());
         let child = cmd
             .spawn()
@@ -224,13 +282,17 @@ fn apply_user(cmd: &mut Command, user: Option<&User>) {
     if let Some(user) = user {
         cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
         cmd.env("HOME", &user.dir).env("USER", &user.name);
+        // Our working directory may be closed to that account (a 0700 checkout);
+        // every path we pass is absolute.
+        cmd.current_dir("/");
     }
 }
 
 fn init_data_dir(bin_dir: &Path, data_dir: &Path, run_as: Option<&User>) -> anyhow::Result<()> {
     fs::create_dir_all(data_dir)?;
     if let Some(user) = run_as {
-        chown_tree(data_dir, user)?;
+        nix::unistd::chown(data_dir, Some(user.uid), Some(user.gid))
+            .with_context(|| format!("handing {} to {}", data_dir.display(), user.name))?;
     }
     let mut cmd = Command::new(bin_dir.join("initdb"));
     cmd.arg("-D")
@@ -261,27 +323,204 @@ fn init_data_dir(bin_dir: &Path, data_dir: &Path, run_as: Option<&User>) -> anyh
     Ok(())
 }
 
-fn chown_tree(dir: &Path, user: &User) -> anyhow::Result<()> {
-    nix::unistd::chown(dir, Some(user.uid), Some(user.gid))
-        .with_context(|| format!("handing {} to {}", dir.display(), user.name))?;
-    // The account must be able to reach the directory: every ancestor needs o+x,
-    // which is the case for ordinary project checkouts. Say so clearly if not.
-    let mut ancestor = dir.parent();
-    while let Some(a) = ancestor {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = fs::metadata(a) {
-            if meta.permissions().mode() & 0o001 == 0 {
-                bail!(
-                    "{} is not searchable by other users, so PostgreSQL (running as {}) cannot reach its data; \
-                     choose another --data-dir or set DATABASE_URL",
-                    a.display(),
-                    user.name
+/// How the data directory was chosen, which decides what an unreachable one does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// `--data-dir` or `TIDINGS_DATA_DIR` (or a caller of the library): use or refuse.
+    Explicit,
+    /// Nobody asked for a place: fall back to a reachable one.
+    Default,
+}
+
+/// The directory the embedded PostgreSQL keeps its files in (`pg/`, `postgres.log`):
+/// `requested` when the account PostgreSQL runs as can reach it, else (for the
+/// default only) the per-checkout fallback.
+fn resolve_root(
+    requested: &Path,
+    choice: Choice,
+    run_as: Option<&User>,
+) -> anyhow::Result<PathBuf> {
+    fs::create_dir_all(requested).with_context(|| format!("creating {}", requested.display()))?;
+    let requested = requested.canonicalize()?;
+    // Not root: PostgreSQL runs as we do, and we can reach what we created.
+    let Some(user) = run_as else {
+        return Ok(requested);
+    };
+    let blocker = first_unsearchable(&requested, user)?;
+    let has_data = requested.join("pg/PG_VERSION").exists();
+    let Some(blocker) = blocker else {
+        // Reachable. Still prefer a fallback that already holds this checkout's data
+        // (the directory was made searchable after a first start fell back).
+        if !has_data && choice == Choice::Default {
+            if let Some(previous) = fallback_candidates(&requested)
+                .into_iter()
+                .find(|dir| owned_by_us(dir) && dir.join("pg/PG_VERSION").exists())
+            {
+                tracing::info!(
+                    "the embedded PostgreSQL keeps its data in {} (chosen on an earlier start; see {})",
+                    previous.display(),
+                    requested.join(FALLBACK_NOTE).display()
                 );
+                return Ok(previous);
             }
         }
-        ancestor = a.parent();
+        return Ok(requested);
+    };
+    let why = format!(
+        "{} is not searchable by other users, so PostgreSQL (running as {}) cannot reach its data",
+        blocker.display(),
+        user.name
+    );
+    if choice == Choice::Explicit {
+        bail!(
+            "{why}; choose another --data-dir or set DATABASE_URL \
+             (without --data-dir and TIDINGS_DATA_DIR, Tidings picks a reachable directory itself)"
+        );
+    }
+    if has_data {
+        // Starting an empty database elsewhere would look like data loss.
+        bail!(
+            "{why}, and {} already holds a database; make {} searchable (chmod o+x), \
+             or set DATABASE_URL",
+            requested.join("pg").display(),
+            blocker.display()
+        );
+    }
+    let mut problems = vec![];
+    for dir in fallback_candidates(&requested) {
+        match prepare_fallback(&dir, &requested, user) {
+            Ok(()) => {
+                tracing::warn!(
+                    "{why}; the embedded PostgreSQL keeps its data in {} instead \
+                     (the same place on every start from {}; --data-dir or DATABASE_URL choose otherwise)",
+                    dir.display(),
+                    requested.display()
+                );
+                let note = format!(
+                    "The embedded PostgreSQL of this directory keeps its data in\n  {}\n\
+                     because {why}.\nTidings finds it there again on every start.\n",
+                    dir.display()
+                );
+                let note_path = requested.join(FALLBACK_NOTE);
+                if fs::read_to_string(&note_path).ok().as_deref() != Some(note.as_str()) {
+                    if let Err(err) = fs::write(&note_path, note) {
+                        tracing::warn!(error = %err, path = %note_path.display(), "could not write the note");
+                    }
+                }
+                return Ok(dir);
+            }
+            Err(err) => problems.push(format!("{}: {err:#}", dir.display())),
+        }
+    }
+    bail!(
+        "{why}, and no fallback directory could be used ({}); set --data-dir to a directory \
+         {} can reach, or set DATABASE_URL",
+        problems.join("; "),
+        user.name
+    )
+}
+
+/// The fallback directories for `requested` (canonical), in the order they are tried.
+fn fallback_candidates(requested: &Path) -> Vec<PathBuf> {
+    let name = fallback_name(requested);
+    fallback_bases()
+        .into_iter()
+        .map(|base| base.join(&name))
+        .collect()
+}
+
+/// `<checkout>-<16 hex digits of SHA-256 of the canonical path>`: the checkout's
+/// name for people listing the directory, the hash so that two checkouts of the
+/// same name never share a database while one checkout always finds its own.
+fn fallback_name(requested: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::ffi::OsStrExt;
+    let digest = Sha256::digest(requested.as_os_str().as_bytes());
+    let label: String = requested
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let label = if label.is_empty() {
+        "tidings".to_string()
+    } else {
+        label
+    };
+    format!("{label}-{}", &hex::encode(digest)[..16])
+}
+
+/// Makes `dir` (and its base) as root-owned, world-searchable directories and checks
+/// that `user` can reach it. In a shared temp dir anyone may have created the path
+/// first: a symlink or a directory owned by someone else is refused, not used.
+fn prepare_fallback(dir: &Path, requested: &Path, user: &User) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in [dir.parent().context("fallback has no parent")?, dir] {
+        if let Err(err) = fs::create_dir(d) {
+            if err.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(err).with_context(|| format!("creating {}", d.display()));
+            }
+        }
+        if !owned_by_us(d) {
+            bail!("{} exists but is not a directory owned by us", d.display());
+        }
+        if fs::metadata(d)?.permissions().mode() & 0o7777 != 0o755 {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    if let Some(blocker) = first_unsearchable(dir, user)? {
+        bail!("{} is not searchable by {}", blocker.display(), user.name);
+    }
+    // Say whose data this is, for people looking at /var/lib/tidings.
+    let origin = dir.join("origin");
+    if !origin.exists() {
+        fs::write(&origin, format!("{}\n", requested.display()))?;
     }
     Ok(())
+}
+
+/// True when `dir` is a directory (not a symlink) owned by our effective user.
+fn owned_by_us(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(dir)
+        .map(|m| m.is_dir() && m.uid() == Uid::effective().as_raw())
+        .unwrap_or(false)
+}
+
+/// The first directory on the way to `dir` (`dir` included) that `user` cannot
+/// search, or `None` when `user` reaches `dir`. Asked of the kernel by running
+/// `test -x` as that account, with the same credentials the server gets
+/// (`apply_user`: no supplementary groups), so ACLs and group bits count exactly
+/// as they will for PostgreSQL.
+fn first_unsearchable(dir: &Path, user: &User) -> anyhow::Result<Option<PathBuf>> {
+    let searchable = |d: &Path| -> anyhow::Result<bool> {
+        let mut cmd = Command::new("test");
+        cmd.arg("-x").arg(d).stdin(Stdio::null());
+        apply_user(&mut cmd, Some(user));
+        Ok(cmd
+            .status()
+            .with_context(|| format!("checking whether {} can reach {}", user.name, d.display()))?
+            .success())
+    };
+    if searchable(dir)? {
+        return Ok(None);
+    }
+    // Name the culprit: the first ancestor, from `/` down, that stops the search.
+    for ancestor in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
+        if !searchable(ancestor)? {
+            return Ok(Some(ancestor.to_path_buf()));
+        }
+    }
+    Ok(Some(dir.to_path_buf()))
 }
 
 /// The port of a live postmaster in `data_dir`, read from `postmaster.pid`
@@ -301,4 +540,35 @@ fn running_postmaster_port(data_dir: &Path) -> Option<u16> {
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_names_are_stable_per_path_and_distinct_between_checkouts() {
+        let a = fallback_name(Path::new("/root/tidings/.tidings"));
+        assert_eq!(a, fallback_name(Path::new("/root/tidings/.tidings")));
+        assert!(a.starts_with("tidings-"), "{a}");
+        assert_eq!(a.len(), "tidings-".len() + 16, "{a}");
+        // Same checkout name elsewhere, and a different directory in the same checkout.
+        assert_ne!(a, fallback_name(Path::new("/home/ann/tidings/.tidings")));
+        assert_ne!(a, fallback_name(Path::new("/root/tidings/other")));
+    }
+
+    #[test]
+    fn fallback_names_stay_one_plain_path_component() {
+        let name = fallback_name(Path::new("/tmp/a b/../c\u{e9}\\x/.tidings"));
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "{name}"
+        );
+        assert!(!name.contains('/'));
+        assert_eq!(
+            fallback_name(Path::new("/.tidings")).split('-').next(),
+            Some("tidings")
+        );
+    }
 }

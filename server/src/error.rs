@@ -319,3 +319,14 @@ impl From<tidings_core::CursorError> for ApiError {
         ApiError::bad_request("invalid_cursor", err.to_string())
     }
 }
+
+/// A list page's cursor or limit that does not parse.
+impl From<crate::paging::PagingError> for ApiError {
+    fn from(err: crate::paging::PagingError) -> Self {
+        let code = match err {
+            crate::paging::PagingError::Limit { .. } => "invalid_limit",
+            crate::paging::PagingError::Cursor => "invalid_cursor",
+        };
+        ApiError::bad_request(code, err.to_string())
+    }
+}

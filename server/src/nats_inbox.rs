@@ -1,5 +1,7 @@
-//! The idempotent consumer (DESIGN invariant 8): alert requests from a NATS
-//! JetStream stream, through the same `alerts::create_alert` the HTTP API uses.
+//! The idempotent consumer (ARCHITECTURE.md, invariant 8): alert requests from
+//! a NATS JetStream stream, the second front door of the alert service next
+//! to `POST /v1/alerts`: the same body, parsed the same way, written by the
+//! same `alerts::submit`.
 //!
 //! Per message, ONE transaction records the message id in `inbox_messages`
 //! (ON CONFLICT DO NOTHING) and creates the alert; only after commit is the
@@ -16,8 +18,9 @@
 //! terminated (`+TERM`): retrying cannot fix them, and the row lets an operator
 //! find them. Database trouble is transient: the message is nak'ed with a delay.
 //!
-//! Test-only: with `TIDINGS_TEST_CRASH_BEFORE_ACK=1` the process aborts right
-//! after committing a new alert and before acking, to prove the above.
+//! Test-only (feature `test-hooks`, see `crate::test_hooks`): the process can
+//! be made to abort right after committing a new alert and before acking, to
+//! prove the above.
 
 use std::time::Duration;
 
@@ -26,14 +29,13 @@ use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures::StreamExt;
 use uuid::Uuid;
 
+pub use crate::alerts::submit::Handled;
 use crate::{
-    alerts::{self, AlertInput, NewAlert, NotificationStatus},
+    alerts::{submit, AlertRequest},
+    api::alerts::AlertIn,
     shutdown::Shutdown,
     state::AppState,
-    store::inbox,
 };
-
-pub const CRASH_HOOK_ENV: &str = "TIDINGS_TEST_CRASH_BEFORE_ACK";
 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
     while !shutdown.is_requested() {
@@ -81,7 +83,6 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         .context("creating the durable consumer")?;
     let mut messages = consumer.messages().await.context("subscribing")?;
     tracing::info!(stream = %config.nats_stream, subject = %config.nats_subject, "NATS inbox consuming");
-    let crash_before_ack = std::env::var(CRASH_HOOK_ENV).is_ok_and(|v| v == "1");
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
@@ -98,10 +99,11 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         let message_id = message_id(&config.nats_stream, &msg);
         let ack = match handle(state, &message_id, &msg.payload).await {
             Ok(Handled::Created) => {
-                if crash_before_ack {
-                    tracing::error!(%message_id, "{CRASH_HOOK_ENV}=1: aborting after commit, before ack");
-                    std::process::abort();
-                }
+                #[cfg(feature = "test-hooks")]
+                crate::test_hooks::crash_if_armed(
+                    crate::test_hooks::CRASH_BEFORE_ACK,
+                    "after commit, before ack",
+                );
                 AckKind::Ack
             }
             Ok(Handled::AlreadySeen) => AckKind::Ack,
@@ -134,15 +136,8 @@ fn message_id(stream: &str, msg: &jetstream::Message) -> String {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum Handled {
-    Created,
-    AlreadySeen,
-    Rejected,
-}
-
 /// The message body: a `POST /v1/alerts` body plus `tenant_id`.
-fn parse(payload: &[u8]) -> Result<(Uuid, NewAlert), String> {
+fn parse(payload: &[u8]) -> Result<(Uuid, AlertRequest), String> {
     let mut body: serde_json::Value =
         serde_json::from_slice(payload).map_err(|e| format!("body is not JSON: {e}"))?;
     let object = body.as_object_mut().ok_or("body must be a JSON object")?;
@@ -150,9 +145,8 @@ fn parse(payload: &[u8]) -> Result<(Uuid, NewAlert), String> {
         .remove("tenant_id")
         .and_then(|t| t.as_str().and_then(|s| Uuid::parse_str(s).ok()))
         .ok_or("tenant_id must be a UUID string")?;
-    let input: AlertInput =
-        serde_json::from_value(body).map_err(|e| format!("invalid alert: {e}"))?;
-    let alert = NewAlert::parse(input).map_err(|e| e.to_string())?;
+    let input: AlertIn = serde_json::from_value(body).map_err(|e| format!("invalid alert: {e}"))?;
+    let alert = input.into_request().map_err(|e| e.to_string())?;
     Ok((tenant, alert))
 }
 
@@ -160,40 +154,8 @@ pub async fn handle(state: &AppState, message_id: &str, payload: &[u8]) -> anyho
     let pool = &state.pool;
     let (tenant, alert) = match parse(payload) {
         Ok(parsed) => parsed,
-        Err(reason) => return reject(state, message_id, None, &reason).await,
+        Err(reason) => return Ok(submit::reject_inbox_message(pool, message_id, &reason).await?),
     };
-    if !inbox::tenant_exists(pool, tenant).await? {
-        return reject(state, message_id, None, &format!("unknown tenant {tenant}")).await;
-    }
-    let mut tx = pool.begin().await?;
-    if !inbox::insert_message(&mut *tx, message_id, Some(tenant), "created", None).await? {
-        return Ok(Handled::AlreadySeen);
-    }
-    let created =
-        alerts::create_alert(&mut tx, tenant, &alert, &state.settings.alerts.thresholds()).await?;
-    let all_duplicates = !created.deliveries.is_empty()
-        && created
-            .deliveries
-            .iter()
-            .all(|d| d.status == NotificationStatus::Duplicate);
-    let outcome = if all_duplicates {
-        "duplicate"
-    } else {
-        "created"
-    };
-    inbox::set_message_alert(&mut *tx, message_id, created.alert_id, outcome).await?;
-    tx.commit().await?;
-    tracing::info!(%message_id, alert_id = %created.alert_id, outcome, "inbox message processed");
-    Ok(Handled::Created)
-}
-
-async fn reject(
-    state: &AppState,
-    message_id: &str,
-    tenant: Option<Uuid>,
-    reason: &str,
-) -> anyhow::Result<Handled> {
-    tracing::warn!(%message_id, reason, "rejecting poison message");
-    inbox::insert_message(&state.pool, message_id, tenant, "rejected", Some(reason)).await?;
-    Ok(Handled::Rejected)
+    let thresholds = state.settings.alerts.thresholds();
+    Ok(submit::submit_from_inbox(pool, &thresholds, message_id, tenant, &alert).await?)
 }

@@ -32,6 +32,14 @@ impl Shutdown {
         // An error means the trigger is gone, which also means shutting down.
         let _ = self.rx.wait_for(|requested| *requested).await;
     }
+
+    /// Sleeps for `duration` unless shutdown comes first; true if it did.
+    pub async fn sleep(&mut self, duration: std::time::Duration) -> bool {
+        tokio::select! {
+            _ = self.wait() => true,
+            _ = tokio::time::sleep(duration) => false,
+        }
+    }
 }
 
 /// SIGINT and SIGTERM handlers, installed before the server announces itself so

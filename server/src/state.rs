@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+pub use crate::config::Settings;
 use crate::{auth::AuthCache, cache::Caches};
 
 #[derive(Clone)]
@@ -12,28 +13,6 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
-}
-
-/// Runtime settings derived from the command line.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub max_body_bytes: usize,
-    pub outbox: crate::outbox::OutboxConfig,
-    /// The operator's bearer token for /v1/admin.
-    pub admin_token: String,
-    /// Alerts, idempotency, webhook endpoints and the NATS inbox.
-    pub alerts: crate::alerts::AlertsConfig,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            max_body_bytes: 64 * 1024,
-            outbox: Default::default(),
-            admin_token: String::new(),
-            alerts: crate::alerts::AlertsConfig::default(),
-        }
-    }
 }
 
 impl AppState {

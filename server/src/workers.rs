@@ -12,7 +12,10 @@ pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             state.caches.clone(),
             shutdown.clone(),
         )),
-        tokio::spawn(crate::expansion::run(state.clone(), shutdown.clone())),
+        tokio::spawn(crate::alerts::expansion::run(
+            state.clone(),
+            shutdown.clone(),
+        )),
         tokio::spawn(crate::idempotency::run_purge(
             state.clone(),
             shutdown.clone(),

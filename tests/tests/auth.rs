@@ -5,7 +5,7 @@ use std::process::Command;
 
 use jsonwebtoken::{encode, EncodingKey, Header};
 use serde_json::{json, Value};
-use tidings_tests::{expect_problem, tidings_bin, TestApp, ADMIN_TOKEN};
+use tidings_tests::{sql, tidings_bin, TestApp, ADMIN_TOKEN};
 
 fn jwt(secret: &str, claims: Value) -> String {
     encode(
@@ -23,22 +23,29 @@ fn in_an_hour() -> i64 {
 #[tokio::test]
 async fn admin_endpoints_need_the_admin_token() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let create = |token: Option<&str>| {
-        let mut req = app
-            .client
-            .post(app.url("/v1/admin/tenants"))
-            .json(&json!({"name": "x"}));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        req.send()
-    };
-    expect_problem(create(None).await.unwrap(), 401).await;
-    expect_problem(create(Some("wrong")).await.unwrap(), 401).await;
+    let body = json!({"name": "x"});
+    app.anonymous()
+        .admin()
+        .create_tenant(&body)
+        .problem(401)
+        .await;
+    app.bearer("wrong")
+        .admin()
+        .create_tenant(&body)
+        .problem(401)
+        .await;
     let tenant = app.create_tenant().await;
     // A tenant's own key is a valid credential of the wrong kind.
-    expect_problem(create(Some(&tenant.api_key)).await.unwrap(), 403).await;
-    assert_eq!(create(Some(ADMIN_TOKEN)).await.unwrap().status(), 201);
+    app.bearer(&tenant.api_key)
+        .admin()
+        .create_tenant(&body)
+        .problem(403)
+        .await;
+    app.bearer(ADMIN_TOKEN)
+        .admin()
+        .create_tenant(&body)
+        .expect(201)
+        .await;
 }
 
 #[tokio::test]
@@ -51,15 +58,7 @@ async fn tenant_creation_validates_its_name() {
         json!({"name": "x", "extra": 1}),
         json!({}),
     ] {
-        let resp = app
-            .client
-            .post(app.url("/v1/admin/tenants"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        expect_problem(resp, 400).await;
+        app.admin().create_tenant(&body).problem(400).await;
     }
 }
 
@@ -77,15 +76,11 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
     );
     for token in [&minted, &self_signed] {
         // A valid user token on a server-to-server endpoint: 403, not 401.
-        let resp = app
-            .client
-            .post(app.url("/v1/user-tokens"))
-            .bearer_auth(token)
-            .json(&json!({"user_id": "x"}))
-            .send()
-            .await
-            .unwrap();
-        expect_problem(resp, 403).await;
+        app.bearer(token)
+            .tenant()
+            .create_user_token(&json!({"user_id": "x"}))
+            .problem(403)
+            .await;
     }
 
     let bad_tokens = [
@@ -119,15 +114,12 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
         ("revoked-looking key", "tdk_nope".to_string()),
     ];
     for (why, token) in bad_tokens {
-        let resp = app
-            .client
-            .post(app.url("/v1/user-tokens"))
-            .bearer_auth(&token)
-            .json(&json!({"user_id": "x"}))
-            .send()
-            .await
-            .unwrap();
-        let problem = expect_problem(resp, 401).await;
+        let problem = app
+            .bearer(&token)
+            .tenant()
+            .create_user_token(&json!({"user_id": "x"}))
+            .problem(401)
+            .await;
         assert_eq!(problem["code"], "unauthorized", "{why}");
     }
 }
@@ -150,25 +142,14 @@ async fn minted_tokens_carry_the_user_and_tenant_from_the_credential() {
     let exp = claims["exp"].as_i64().unwrap();
     assert!((exp - in_an_hour()).abs() < 60, "exp {exp}");
     // A tenant id in the body is not a field: it can never choose the tenant.
-    let resp = app
-        .client
-        .post(app.url("/v1/user-tokens"))
-        .bearer_auth(&a.api_key)
-        .json(&json!({"user_id": "alice", "tenant_id": uuid::Uuid::new_v4()}))
-        .send()
-        .await
-        .unwrap();
-    expect_problem(resp, 400).await;
+    let api = app.tenant(&a);
+    api.create_user_token(&json!({"user_id": "alice", "tenant_id": uuid::Uuid::new_v4()}))
+        .problem(400)
+        .await;
     for ttl in [0, 86_401] {
-        let resp = app
-            .client
-            .post(app.url("/v1/user-tokens"))
-            .bearer_auth(&a.api_key)
-            .json(&json!({"user_id": "alice", "ttl_seconds": ttl}))
-            .send()
-            .await
-            .unwrap();
-        expect_problem(resp, 400).await;
+        api.create_user_token(&json!({"user_id": "alice", "ttl_seconds": ttl}))
+            .problem(400)
+            .await;
     }
 }
 
@@ -176,54 +157,30 @@ async fn minted_tokens_carry_the_user_and_tenant_from_the_credential() {
 async fn rotated_keys_overlap_until_the_old_one_is_revoked() {
     let (app, _db) = TestApp::spawn().await.unwrap();
     let t = app.create_tenant().await;
-    let resp = app
-        .client
-        .post(app.url(&format!("/v1/admin/tenants/{}/keys", t.id)))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
-    let new_key = resp.json::<Value>().await.unwrap()["api_key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let works = |key: String| {
-        let req = app
-            .client
-            .post(app.url("/v1/user-tokens"))
-            .bearer_auth(key)
-            .json(&json!({"user_id": "u"}));
-        async move { req.send().await.unwrap().status().as_u16() }
+    let created = app.admin().create_key(&t.id).expect(201).await;
+    let new_key = created["api_key"].as_str().unwrap().to_string();
+    let mint_with = |key: &str, status: u16| {
+        app.bearer(key)
+            .tenant()
+            .create_user_token(&json!({"user_id": "u"}))
+            .reply(status)
     };
-    assert_eq!(works(t.api_key.clone()).await, 201);
-    assert_eq!(works(new_key.clone()).await, 201);
-    let revoke = app
-        .client
-        .delete(app.url(&format!("/v1/admin/tenants/{}/keys/{}", t.id, t.api_key_id)))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoke.status(), 204);
-    assert_eq!(works(t.api_key.clone()).await, 401);
-    assert_eq!(works(new_key).await, 201);
-    let again = app
-        .client
-        .delete(app.url(&format!("/v1/admin/tenants/{}/keys/{}", t.id, t.api_key_id)))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    expect_problem(again, 404).await;
-    let unknown_tenant = app
-        .client
-        .post(app.url(&format!("/v1/admin/tenants/{}/keys", uuid::Uuid::new_v4())))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    expect_problem(unknown_tenant, 404).await;
+    mint_with(&t.api_key, 201).await;
+    mint_with(&new_key, 201).await;
+    app.admin()
+        .revoke_key(&t.id, &t.api_key_id)
+        .expect(204)
+        .await;
+    mint_with(&t.api_key, 401).await;
+    mint_with(&new_key, 201).await;
+    app.admin()
+        .revoke_key(&t.id, &t.api_key_id)
+        .problem(404)
+        .await;
+    app.admin()
+        .create_key(uuid::Uuid::new_v4())
+        .problem(404)
+        .await;
 }
 
 #[tokio::test]
@@ -242,23 +199,12 @@ async fn cli_creates_tenants_whose_keys_work() {
     let created: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(created["name"], "from the cli");
     let key = created["api_key"].as_str().unwrap();
-    let resp = app
-        .client
-        .post(app.url("/v1/user-tokens"))
-        .bearer_auth(key)
-        .json(&json!({"user_id": "u"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
+    app.bearer(key)
+        .tenant()
+        .create_user_token(&json!({"user_id": "u"}))
+        .expect(201)
+        .await;
     // The key is stored only as a hash.
     let pool = db.pool().await.unwrap();
-    let stored: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM api_keys WHERE encode(key_hash, 'escape') LIKE '%' || $1 || '%'",
-    )
-    .bind(&key[4..])
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(stored, 0);
+    assert_eq!(sql::api_key_hashes_containing(&pool, &key[4..]).await, 0);
 }

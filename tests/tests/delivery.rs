@@ -1,36 +1,29 @@
-//! The outbox workers and the webhook and email channels (issue 4, DESIGN.md
-//! invariant 6), against real PostgreSQL, the real binary and real receivers:
-//! webhooks are verified by the reference Standard Webhooks library, emails go
-//! through a real SMTP server (tests/receivers/).
+//! The outbox workers and the webhook and email channels (issue 4;
+//! ARCHITECTURE.md, invariant 6), against real PostgreSQL, the real binary and
+//! real receivers: webhooks are verified by the reference Standard Webhooks
+//! library, emails go through a real SMTP server (tests/receivers/).
 //!
-//! Until the alert API lands, deliveries are created with SQL exactly as the
-//! write path creates them (delivery_support).
-
-mod delivery_support;
+//! Deliveries are written by `POST /v1/alerts` on a `serve` whose own workers
+//! are off ([`webhook_fixture`]); the workers under test are a `tidings worker`
+//! process, or the store's claim and completion functions called directly.
 
 use std::{
     collections::{HashMap, HashSet},
     time::{Duration, Instant},
 };
 
-use delivery_support::*;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use tidings_core::Channel;
 use tidings_server::store::outbox::{
     claim_deliveries, complete_deliveries, CompletedDelivery, Completion,
 };
-use tidings_tests::{AppOptions, TestApp, TestDb, TestWorker};
+use tidings_tests::{
+    create_endpoint, eventually, post_to_recipients, recipients,
+    sql::{self, end_previous_secret_grace},
+    user_with_email, webhook_alert, webhook_fixture, without_workers, worker_env, AppOptions,
+    Receiver, TestApp, TidingsProcess, WebhookFixture,
+};
 use uuid::Uuid;
-
-async fn migrated_db() -> (TestDb, PgPool) {
-    let db = TestDb::create().await.expect("test database");
-    let pool = db.pool().await.expect("pool");
-    tidings_server::db::migrate(&pool)
-        .await
-        .expect("migrations");
-    (db, pool)
-}
 
 fn records_for<'a>(received: &'a [Value], webhook_id: &str) -> Vec<&'a Value> {
     received
@@ -41,119 +34,87 @@ fn records_for<'a>(received: &'a [Value], webhook_id: &str) -> Vec<&'a Value> {
 
 #[tokio::test]
 async fn webhook_from_serve_is_signed_and_verified_by_the_reference_library() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(&pool, tenant, &receiver.url("/hook"), &secret, None).await;
-    let alert = create_alert(
-        &pool,
-        tenant,
-        "invoice.overdue",
-        Some("Invoice 42 is overdue"),
-        json!({"invoice": 42, "amount": "12.50"}),
-    )
-    .await;
-    let keys = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("user", 1),
-    )
-    .await;
-
     // The workers inside `tidings serve`.
-    let app = TestApp::spawn_on(
-        &db.url,
+    let f = WebhookFixture::start(
+        None,
         AppOptions {
             env: worker_env(&[]),
             ..Default::default()
         },
     )
-    .await
-    .expect("serve");
+    .await;
+    f.endpoint("/hook").await;
+    let entity_id = format!("inv_{}", Uuid::new_v4().simple());
+    let alert = f
+        .api()
+        .create_alert(&json!({
+            "event_type": "invoice.overdue",
+            "entity_id": entity_id,
+            "recipients": ["user-0"],
+            "channels": ["webhook"],
+            "subject": "Invoice 42 is overdue",
+            "payload": {"invoice": 42, "amount": "12.50"}
+        }))
+        .expect(202)
+        .await;
+    let key = alert["deliveries"][0]["key"].as_str().unwrap();
+
     let arrived = eventually(Duration::from_secs(20), || async {
-        !receiver.received().is_empty()
+        !f.receiver.received().is_empty()
     })
     .await;
-    assert!(arrived, "nothing arrived; server log:\n{}", app.log());
+    assert!(
+        arrived,
+        "nothing arrived; server log:\n{}",
+        f.app.process.log()
+    );
     assert!(
         eventually(Duration::from_secs(10), || async {
-            delivery(&pool, tenant, &keys[0]).await.status == "sent"
+            f.delivery(key).await.status == "sent"
         })
         .await
     );
 
-    let received = receiver.received();
+    let received = f.receiver.received();
     assert_eq!(received.len(), 1, "{received:#?}");
     let got = &received[0];
     assert_eq!(
         got["verified"], true,
         "the reference library rejected the signature: {got}"
     );
-    assert_eq!(got["webhook_id"], keys[0].as_str());
+    assert_eq!(got["webhook_id"], key);
     let body = &got["body"];
     assert_eq!(body["type"], "invoice.overdue");
     assert!(
         body["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
         "{body}"
     );
-    assert_eq!(body["data"]["alert_id"], alert.id.to_string());
-    assert_eq!(body["data"]["entity_id"], alert.entity_id.as_str());
+    assert_eq!(body["data"]["alert_id"], alert["alert_id"]);
+    assert_eq!(body["data"]["entity_id"], entity_id.as_str());
     assert_eq!(body["data"]["recipient_id"], "user-0");
     assert_eq!(body["data"]["subject"], "Invoice 42 is overdue");
     assert_eq!(
         body["data"]["payload"],
         json!({"invoice": 42, "amount": "12.50"})
     );
-    assert_eq!(body["data"]["key"], keys[0].as_str());
-    let row = delivery(&pool, tenant, &keys[0]).await;
-    assert_eq!(
-        (row.status.as_str(), row.attempts, row.sent_at_set),
-        ("sent", 1, true)
-    );
+    assert_eq!(body["data"]["key"], key);
+    assert_eq!(f.delivery(key).await.outcome(), ("sent", 1, true));
 }
 
 #[tokio::test]
 async fn retries_carry_the_same_webhook_id_and_body() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/hook?fail_first=2"),
-        &secret,
-        None,
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({"n": 1})).await;
-    let keys = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("user", 3),
-    )
-    .await;
+    let f = webhook_fixture().await;
+    f.endpoint("/hook?fail_first=2").await;
+    let keys = f.send("invoice.overdue", &recipients("user", 3)).await;
 
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[]))
-        .await
-        .expect("worker");
+    let worker = f.worker(&[]).await;
     let done = eventually(Duration::from_secs(30), || async {
-        status_counts(&pool, tenant).await.get("sent").copied() == Some(3)
+        f.status_counts().await.get("sent").copied() == Some(3)
     })
     .await;
-    assert!(
-        done,
-        "{:?}\n{}",
-        status_counts(&pool, tenant).await,
-        worker.log()
-    );
+    assert!(done, "{:?}\n{}", f.status_counts().await, worker.log());
 
-    let received = receiver.received();
+    let received = f.receiver.received();
     for key in &keys {
         let tries = records_for(&received, key);
         assert_eq!(
@@ -173,7 +134,7 @@ async fn retries_carry_the_same_webhook_id_and_body() {
                 .collect::<Vec<_>>(),
             vec![500, 500, 200]
         );
-        let row = delivery(&pool, tenant, key).await;
+        let row = f.delivery(key).await;
         assert_eq!((row.status.as_str(), row.attempts), ("sent", 3));
         assert!(
             row.last_error.as_deref().unwrap_or("").contains("500"),
@@ -184,56 +145,27 @@ async fn retries_carry_the_same_webhook_id_and_body() {
 
 #[tokio::test]
 async fn during_rotation_both_secrets_sign_and_an_expired_one_does_not() {
-    let (db, pool) = migrated_db().await;
-    let (old, new, other_old) = (new_secret(), new_secret(), new_secret());
-    let receiver = Receiver::webhooks(&[&old, &new, &other_old]).await;
-    let tenant = create_tenant(&pool).await;
-    let rotating = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/rotating"),
-        &new,
-        Some((&old, 3600)),
-    )
-    .await;
-    let expired = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/expired"),
-        &new,
-        Some((&other_old, -1)),
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(rotating),
-        &recipients("a", 1),
-    )
-    .await;
-    enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(expired),
-        &recipients("b", 1),
-    )
-    .await;
+    let f = webhook_fixture().await;
+    // The receiver trusts, in this order: rotating's old (0) and new (1)
+    // secret, expired's old (2) and new (3) secret.
+    let rotating = f.endpoint_for("/rotating", "invoice.overdue").await;
+    f.rotate_secret(&rotating).await;
+    let expired = f.endpoint_for("/expired", "invoice.reminder").await;
+    f.rotate_secret(&expired).await;
+    end_previous_secret_grace(&f.pool, &expired.id).await;
+    f.send_one("invoice.overdue", "a-0").await;
+    f.send_one("invoice.reminder", "b-0").await;
 
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[]))
-        .await
-        .expect("worker");
+    let worker = f.worker(&[]).await;
     assert!(
         eventually(Duration::from_secs(20), || async {
-            receiver.received().len() == 2
+            f.receiver.received().len() == 2
         })
         .await,
         "{}",
         worker.log()
     );
-    let received = receiver.received();
+    let received = f.receiver.received();
     let at = |path: &str| {
         received
             .iter()
@@ -266,42 +198,52 @@ async fn during_rotation_both_secrets_sign_and_an_expired_one_does_not() {
         1,
         "{expired}"
     );
-    assert_eq!(expired["verified_with"], json!([1]), "{expired}");
+    assert_eq!(expired["verified_with"], json!([3]), "{expired}");
 }
 
 #[tokio::test]
 async fn email_carries_a_message_id_derived_from_the_key_on_every_retry() {
-    let (db, pool) = migrated_db().await;
     let smtp = Receiver::smtp(2).await;
-    let tenant = create_tenant(&pool).await;
-    create_user(&pool, tenant, "ada", Some("ada@example.com")).await;
-    create_user(&pool, tenant, "bob", None).await;
-    let alert = create_alert(
-        &pool,
-        tenant,
-        "invoice.overdue",
-        Some("Invoice 7 is overdue"),
-        json!({"invoice": 7}),
+    let (app, db) = TestApp::spawn_with(without_workers()).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    let people = vec!["ada".to_owned(), "bob".to_owned(), "nobody".to_owned()];
+    for person in &people {
+        user_with_email(&api, person, Some(&format!("{person}@example.com"))).await;
+    }
+    let keys = post_to_recipients(
+        &api,
+        &json!({
+            "event_type": "invoice.overdue",
+            "entity_id": "inv-7",
+            "channels": ["email"],
+            "subject": "Invoice 7 is overdue",
+            "payload": {"invoice": 7}
+        }),
+        &people,
     )
     .await;
-    let people = vec!["ada".to_owned(), "bob".to_owned(), "nobody".to_owned()];
-    let keys = enqueue(&pool, &alert, Channel::Email, None, &people).await;
+    // After the alert, bob loses his address and nobody is deleted: by the
+    // time a worker claims their emails there is no address to send to.
+    user_with_email(&api, "bob", None).await;
+    api.delete_user("nobody").expect(204).await;
 
-    let worker = TestWorker::spawn(
+    let worker = TidingsProcess::worker(
         &db.url,
         &worker_env(&[("TIDINGS_SMTP_URL", &smtp.smtp_url())]),
     )
     .await
     .expect("worker");
     let settled = eventually(Duration::from_secs(30), || async {
-        let counts = status_counts(&pool, tenant).await;
+        let counts = sql::status_counts(&pool, &tenant).await;
         counts.get("sent") == Some(&1) && counts.get("skipped") == Some(&2)
     })
     .await;
     assert!(
         settled,
         "{:?}\n{}",
-        status_counts(&pool, tenant).await,
+        sql::status_counts(&pool, &tenant).await,
         worker.log()
     );
 
@@ -324,9 +266,9 @@ async fn email_carries_a_message_id_derived_from_the_key_on_every_retry() {
             "{message}"
         );
     }
-    assert_eq!(delivery(&pool, tenant, &keys[0]).await.attempts, 3);
+    assert_eq!(sql::delivery(&pool, &tenant, &keys[0]).await.attempts, 3);
     for key in &keys[1..] {
-        let row = delivery(&pool, tenant, key).await;
+        let row = sql::delivery(&pool, &tenant, key).await;
         assert_eq!(row.status, "skipped");
         assert!(
             row.last_error
@@ -340,54 +282,22 @@ async fn email_carries_a_message_id_derived_from_the_key_on_every_retry() {
 
 #[tokio::test]
 async fn a_receiver_that_always_fails_ends_dead_while_a_thousand_others_are_delivered() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let broken = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/broken?status=500"),
-        &secret,
-        None,
-    )
-    .await;
-    let healthy = create_endpoint(&pool, tenant, &receiver.url("/healthy"), &secret, None).await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let dead_key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(broken),
-        &recipients("x", 1),
-    )
-    .await
-    .remove(0);
-    let good_keys = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(healthy),
-        &recipients("user", 1000),
-    )
-    .await;
+    let f = webhook_fixture().await;
+    f.endpoint_for("/broken?status=500", "invoice.disputed")
+        .await;
+    f.endpoint_for("/healthy", "invoice.overdue").await;
+    let dead_key = f.send_one("invoice.disputed", "x-0").await;
+    let good_keys = f.send("invoice.overdue", &recipients("user", 1000)).await;
 
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[]))
-        .await
-        .expect("worker");
+    let worker = f.worker(&[]).await;
     let settled = eventually(Duration::from_secs(90), || async {
-        let counts = status_counts(&pool, tenant).await;
+        let counts = f.status_counts().await;
         counts.get("sent") == Some(&1000) && counts.get("dead") == Some(&1)
     })
     .await;
-    assert!(
-        settled,
-        "{:?}\n{}",
-        status_counts(&pool, tenant).await,
-        worker.log()
-    );
+    assert!(settled, "{:?}\n{}", f.status_counts().await, worker.log());
 
-    let row = delivery(&pool, tenant, &dead_key).await;
+    let row = f.delivery(&dead_key).await;
     assert_eq!(
         row.attempts, 4,
         "the short schedule allows 4 attempts: {row:?}"
@@ -396,7 +306,7 @@ async fn a_receiver_that_always_fails_ends_dead_while_a_thousand_others_are_deli
         row.last_error.as_deref().unwrap_or("").contains("500"),
         "{row:?}"
     );
-    let received = receiver.received();
+    let received = f.receiver.received();
     assert_eq!(records_for(&received, &dead_key).len(), 4);
     let healthy_ids: HashSet<&str> = received
         .iter()
@@ -411,57 +321,24 @@ async fn a_receiver_that_always_fails_ends_dead_while_a_thousand_others_are_deli
 
 #[tokio::test]
 async fn webhooks_to_loopback_are_refused_unless_allowed() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let literal = create_endpoint(&pool, tenant, &receiver.url("/literal"), &secret, None).await;
-    let by_name = create_endpoint(
-        &pool,
-        tenant,
-        &format!("http://localhost:{}/by-name", receiver.port),
-        &secret,
-        None,
+    let f = webhook_fixture().await;
+    f.endpoint_for("/literal", "invoice.overdue").await;
+    f.endpoint_at(
+        &format!("http://localhost:{}/by-name", f.receiver.port),
+        Some("invoice.reminder"),
     )
     .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let literal_key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(literal),
-        &recipients("a", 1),
-    )
-    .await
-    .remove(0);
-    let name_key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(by_name),
-        &recipients("b", 1),
-    )
-    .await
-    .remove(0);
+    let literal_key = f.send_one("invoice.overdue", "a-0").await;
+    let name_key = f.send_one("invoice.reminder", "b-0").await;
 
-    let worker = TestWorker::spawn(
-        &db.url,
-        &worker_env(&[("TIDINGS_WEBHOOK_ALLOW_PRIVATE", "none")]),
-    )
-    .await
-    .expect("worker");
+    let worker = f.worker(&[("TIDINGS_WEBHOOK_ALLOW_PRIVATE", "none")]).await;
     let settled = eventually(Duration::from_secs(20), || async {
-        status_counts(&pool, tenant).await.get("dead") == Some(&2)
+        f.status_counts().await.get("dead") == Some(&2)
     })
     .await;
-    assert!(
-        settled,
-        "{:?}\n{}",
-        status_counts(&pool, tenant).await,
-        worker.log()
-    );
+    assert!(settled, "{:?}\n{}", f.status_counts().await, worker.log());
     for key in [&literal_key, &name_key] {
-        let row = delivery(&pool, tenant, key).await;
+        let row = f.delivery(key).await;
         assert_eq!(
             row.attempts, 1,
             "a refused URL is permanent, never retried: {row:?}"
@@ -473,53 +350,27 @@ async fn webhooks_to_loopback_are_refused_unless_allowed() {
         );
     }
     assert!(
-        receiver.received().is_empty(),
+        f.receiver.received().is_empty(),
         "a refused request reached the receiver"
     );
 }
 
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/moved?redirect=1"),
-        &secret,
-        None,
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("a", 1),
-    )
-    .await
-    .remove(0);
+    let f = webhook_fixture().await;
+    f.endpoint("/moved?redirect=1").await;
+    let key = f.send_one("invoice.overdue", "a-0").await;
 
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[("TIDINGS_RETRY_MAX_ATTEMPTS", "2")]))
-        .await
-        .expect("worker");
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            delivery(&pool, tenant, &key).await.status == "dead"
-        })
-        .await,
-        "{}",
-        worker.log()
-    );
-    let row = delivery(&pool, tenant, &key).await;
+    let worker = f.worker(&[("TIDINGS_RETRY_MAX_ATTEMPTS", "2")]).await;
+    f.until_delivery_is(&key, "dead", Duration::from_secs(20), &worker)
+        .await;
+    let row = f.delivery(&key).await;
     assert!(
         row.last_error.as_deref().unwrap_or("").contains("307"),
         "{row:?}"
     );
-    let paths: Vec<Value> = receiver
+    let paths: Vec<Value> = f
+        .receiver
         .received()
         .iter()
         .map(|r| r["path"].clone())
@@ -535,28 +386,15 @@ async fn redirects_are_not_followed() {
 /// a NOTIFY from the write path.
 #[tokio::test]
 async fn notify_wakes_an_idle_worker() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(&pool, tenant, &receiver.url("/hook"), &secret, None).await;
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[("TIDINGS_OUTBOX_POLL_MS", "60000")]))
-        .await
-        .expect("worker");
+    let f = webhook_fixture().await;
+    f.endpoint("/hook").await;
+    let worker = f.worker(&[("TIDINGS_OUTBOX_POLL_MS", "60000")]).await;
     // Let the worker find nothing and go to sleep on its 60 s poll.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
     let started = Instant::now();
-    enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("a", 1),
-    )
-    .await;
+    f.send_one("invoice.overdue", "a-0").await;
     let arrived = eventually(Duration::from_secs(10), || async {
-        !receiver.received().is_empty()
+        !f.receiver.received().is_empty()
     })
     .await;
     assert!(
@@ -570,45 +408,24 @@ async fn notify_wakes_an_idle_worker() {
 /// `sending` for a lease to expire.
 #[tokio::test]
 async fn sigterm_finishes_the_batch_in_flight_and_records_it() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/slow?delay_ms=1000"),
-        &secret,
-        None,
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("a", 20),
-    )
-    .await;
-    let mut worker = TestWorker::spawn(
-        &db.url,
-        &worker_env(&[
+    let f = webhook_fixture().await;
+    f.endpoint("/slow?delay_ms=1000").await;
+    f.send("invoice.overdue", &recipients("a", 20)).await;
+    let mut worker = f
+        .worker(&[
             ("TIDINGS_OUTBOX_BATCH", "10"),
             ("TIDINGS_WORKER_CONCURRENCY", "10"),
-        ]),
-    )
-    .await
-    .expect("worker");
+        ])
+        .await;
     assert!(
         eventually(Duration::from_secs(10), || async {
-            !receiver.received().is_empty()
+            !f.receiver.received().is_empty()
         })
         .await
     );
     let status = worker.terminate().await.expect("terminate");
     assert!(status.success(), "{status}: {}", worker.log());
-    let counts = status_counts(&pool, tenant).await;
+    let counts = f.status_counts().await;
     assert_eq!(
         counts.get("sending"),
         None,
@@ -617,7 +434,7 @@ async fn sigterm_finishes_the_batch_in_flight_and_records_it() {
     let sent = counts.get("sent").copied().unwrap_or(0);
     assert!(sent >= 10, "the batch in flight was recorded: {counts:?}");
     assert_eq!(
-        receiver.received().len() as i64,
+        f.receiver.received().len() as i64,
         sent,
         "only what was recorded was sent"
     );
@@ -627,40 +444,28 @@ async fn sigterm_finishes_the_batch_in_flight_and_records_it() {
 /// for B, B's five are all in the first batch of 100.
 #[tokio::test]
 async fn a_big_backlog_does_not_starve_another_tenant() {
-    let (_db, pool) = migrated_db().await;
-    let busy = create_tenant(&pool).await;
-    let quiet = create_tenant(&pool).await;
-    let busy_alert = create_alert(&pool, busy, "invoice.overdue", None, json!({})).await;
-    let quiet_alert = create_alert(&pool, quiet, "invoice.overdue", None, json!({})).await;
-    let busy_endpoint =
-        create_endpoint(&pool, busy, "http://a.example/hook", &new_secret(), None).await;
-    let quiet_endpoint =
-        create_endpoint(&pool, quiet, "http://b.example/hook", &new_secret(), None).await;
-    enqueue(
-        &pool,
-        &busy_alert,
-        Channel::Webhook,
-        Some(busy_endpoint),
-        &recipients("u", 2000),
-    )
-    .await;
+    let f = webhook_fixture().await;
+    let busy = f.tenant.uuid();
+    let quiet = f.app.create_tenant().await;
+    let quiet_api = f.app.tenant(&quiet);
+    f.endpoint_at("http://a.example/hook", None).await;
+    create_endpoint(&quiet_api, "http://b.example/hook", None).await;
+    f.send("invoice.overdue", &recipients("u", 2000)).await;
     // The backlog is older: a plain FIFO would serve all of it first.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    enqueue(
-        &pool,
-        &quiet_alert,
-        Channel::Webhook,
-        Some(quiet_endpoint),
+    post_to_recipients(
+        &quiet_api,
+        &webhook_alert("invoice.overdue"),
         &recipients("u", 5),
     )
     .await;
 
-    let first = claim_deliveries(&pool, 100, 60_000, &["webhook"])
+    let first = claim_deliveries(&f.pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
-    let quiet_in_first = first.iter().filter(|d| d.tenant_id == quiet).count();
+    let quiet_in_first = first.iter().filter(|d| d.tenant_id == quiet.uuid()).count();
     assert_eq!(quiet_in_first, 5, "tenant B waited behind A's backlog");
-    let second = claim_deliveries(&pool, 100, 60_000, &["webhook"])
+    let second = claim_deliveries(&f.pool, 100, 60_000, &[Channel::Webhook])
         .await
         .expect("claim");
     assert_eq!(second.len(), 100, "with B done, A gets whole batches");
@@ -675,35 +480,24 @@ async fn a_big_backlog_does_not_starve_another_tenant() {
 /// result changes nothing. Every claim counts an attempt.
 #[tokio::test]
 async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
-    let (_db, pool) = migrated_db().await;
-    let tenant = create_tenant(&pool).await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let endpoint =
-        create_endpoint(&pool, tenant, "http://a.example/hook", &new_secret(), None).await;
-    let key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("u", 1),
-    )
-    .await
-    .remove(0);
+    let f = webhook_fixture().await;
+    f.endpoint_at("http://a.example/hook", None).await;
+    let key = f.send_one("invoice.overdue", "u-0").await;
 
-    let first = claim_deliveries(&pool, 10, 100, &["webhook"])
+    let first = claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
     assert_eq!(first.attempts, 1);
     assert!(
-        claim_deliveries(&pool, 10, 100, &["webhook"])
+        claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
             .await
             .expect("claim")
             .is_empty(),
         "leased rows are not due"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let second = claim_deliveries(&pool, 10, 60_000, &["webhook"])
+    let second = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
@@ -714,7 +508,7 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
     );
 
     let late = CompletedDelivery {
-        tenant_id: tenant,
+        tenant_id: f.tenant.uuid(),
         id: first.id,
         attempts: first.attempts,
         completion: Completion::Dead {
@@ -722,68 +516,46 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
         },
     };
     assert_eq!(
-        complete_deliveries(&pool, &[late]).await.expect("complete"),
+        complete_deliveries(&f.pool, &[late])
+            .await
+            .expect("complete"),
         0
     );
-    assert_eq!(delivery(&pool, tenant, &key).await.status, "sending");
+    assert_eq!(f.delivery(&key).await.status, "sending");
     let current = CompletedDelivery {
-        tenant_id: tenant,
+        tenant_id: f.tenant.uuid(),
         id: second.id,
         attempts: second.attempts,
         completion: Completion::Sent,
     };
     assert_eq!(
-        complete_deliveries(&pool, &[current])
+        complete_deliveries(&f.pool, &[current])
             .await
             .expect("complete"),
         1
     );
-    let row = delivery(&pool, tenant, &key).await;
-    assert_eq!(
-        (row.status.as_str(), row.attempts, row.sent_at_set),
-        ("sent", 2, true)
-    );
+    assert_eq!(f.delivery(&key).await.outcome(), ("sent", 2, true));
 }
 
 /// A delivery whose worker dies every time still ends: once its claims exceed
 /// the maximum attempts, the next worker marks it dead without sending.
 #[tokio::test]
 async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let endpoint = create_endpoint(&pool, tenant, &receiver.url("/hook"), &secret, None).await;
-    let key = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("u", 1),
-    )
-    .await
-    .remove(0);
+    let f = webhook_fixture().await;
+    f.endpoint("/hook").await;
+    let key = f.send_one("invoice.overdue", "u-0").await;
     // Four claims whose workers "crashed" (max attempts is 4 in worker_env).
     for _ in 0..4 {
-        let claimed = claim_deliveries(&pool, 10, 1, &["webhook"])
+        let claimed = claim_deliveries(&f.pool, 10, 1, &[Channel::Webhook])
             .await
             .expect("claim");
         assert_eq!(claimed.len(), 1);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let worker = TestWorker::spawn(&db.url, &worker_env(&[]))
-        .await
-        .expect("worker");
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            delivery(&pool, tenant, &key).await.status == "dead"
-        })
-        .await,
-        "{}",
-        worker.log()
-    );
-    let row = delivery(&pool, tenant, &key).await;
+    let worker = f.worker(&[]).await;
+    f.until_delivery_is(&key, "dead", Duration::from_secs(20), &worker)
+        .await;
+    let row = f.delivery(&key).await;
     assert!(
         row.last_error
             .as_deref()
@@ -791,7 +563,7 @@ async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
             .contains("stopped before recording"),
         "{row:?}"
     );
-    assert!(receiver.received().is_empty());
+    assert!(f.receiver.received().is_empty());
 }
 
 /// Invariant 6 under a crash: 5,000 webhooks, two `tidings worker` processes,
@@ -803,59 +575,41 @@ async fn a_delivery_that_keeps_losing_its_worker_ends_dead() {
 #[tokio::test]
 async fn a_worker_killed_mid_batch_loses_nothing_and_duplicates_keep_their_id() {
     const TOTAL: usize = 5000;
-    let (db, pool) = migrated_db().await;
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/hook?delay_ms=100"),
-        &secret,
-        None,
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({"n": 1})).await;
-    let keys = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("user", TOTAL),
-    )
-    .await;
+    let f = webhook_fixture().await;
+    f.endpoint("/hook?delay_ms=100").await;
+    let keys = f.send("invoice.overdue", &recipients("user", TOTAL)).await;
 
-    let env = worker_env(&[
+    let env = [
         ("TIDINGS_OUTBOX_LEASE_SECS", "3"),
         ("TIDINGS_DELIVERY_TIMEOUT_MS", "1000"),
-    ]);
+    ];
     let started = Instant::now();
-    let mut doomed = TestWorker::spawn(&db.url, &env).await.expect("worker 1");
-    let survivor = TestWorker::spawn(&db.url, &env).await.expect("worker 2");
+    let mut doomed = f.worker(&env).await;
+    let survivor = f.worker(&env).await;
     assert!(
         eventually(Duration::from_secs(60), || async {
-            receiver.received().len() >= 1000
+            f.receiver.received().len() >= 1000
         })
         .await
     );
     doomed.kill();
-    let killed_at = receiver.received().len();
-    let replacement = TestWorker::spawn(&db.url, &env).await.expect("worker 3");
+    let killed_at = f.receiver.received().len();
+    let replacement = f.worker(&env).await;
 
     let done = eventually(Duration::from_secs(180), || async {
-        status_counts(&pool, tenant).await.get("sent").copied() == Some(TOTAL as i64)
+        f.status_counts().await.get("sent").copied() == Some(TOTAL as i64)
     })
     .await;
     let elapsed = started.elapsed();
     assert!(
         done,
         "{:?}\nsurvivor:\n{}\nreplacement:\n{}",
-        status_counts(&pool, tenant).await,
+        f.status_counts().await,
         survivor.log(),
         replacement.log()
     );
 
-    let received = receiver.received();
+    let received = f.receiver.received();
     let mut copies: HashMap<&str, usize> = HashMap::new();
     for r in &received {
         assert_eq!(r["verified"], true, "{r}");
@@ -900,48 +654,30 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
         .expect("join")
         .expect("private PostgreSQL");
     let url = pg.url("postgres");
-    let pool = tidings_server::db::connect(&url, 4, Duration::from_secs(30))
-        .await
-        .expect("connect");
-    tidings_server::db::migrate(&pool).await.expect("migrate");
 
-    let secret = new_secret();
-    let receiver = Receiver::webhooks(&[&secret]).await;
-    let tenant = create_tenant(&pool).await;
-    let endpoint = create_endpoint(
-        &pool,
-        tenant,
-        &receiver.url("/hook?delay_ms=5"),
-        &secret,
-        None,
-    )
-    .await;
-    let alert = create_alert(&pool, tenant, "invoice.overdue", None, json!({})).await;
-    let keys = enqueue(
-        &pool,
-        &alert,
-        Channel::Webhook,
-        Some(endpoint),
-        &recipients("user", TOTAL),
-    )
-    .await;
+    let mut f = WebhookFixture::start(Some(&url), without_workers()).await;
+    f.endpoint("/hook?delay_ms=5").await;
+    let keys = f.send("invoice.overdue", &recipients("user", TOTAL)).await;
+    // The deliveries are written; only the worker under test stays connected.
+    f.app.process.terminate().await.expect("stop serve");
 
-    let env = worker_env(&[
-        ("TIDINGS_OUTBOX_LEASE_SECS", "3"),
-        ("TIDINGS_DELIVERY_TIMEOUT_MS", "1000"),
-    ]);
-    let worker = TestWorker::spawn(&url, &env).await.expect("worker");
+    let worker = f
+        .worker(&[
+            ("TIDINGS_OUTBOX_LEASE_SECS", "3"),
+            ("TIDINGS_DELIVERY_TIMEOUT_MS", "1000"),
+        ])
+        .await;
     assert!(
         eventually(Duration::from_secs(60), || async {
-            receiver.received().len() >= 300
+            f.receiver.received().len() >= 300
         })
         .await
     );
-    pool.close().await;
+    f.pool.close().await;
     tokio::task::spawn_blocking(move || pg.stop())
         .await
         .expect("stop");
-    let during_outage = receiver.received().len();
+    let during_outage = f.receiver.received().len();
     // Longer than the pool's acquire timeout (5 s): the worker sees errors.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let pg = start(root.clone())
@@ -953,16 +689,21 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
         .await
         .expect("reconnect");
     let done = eventually(Duration::from_secs(120), || async {
-        status_counts(&pool, tenant).await.get("sent").copied() == Some(TOTAL as i64)
+        sql::status_counts(&pool, &f.tenant)
+            .await
+            .get("sent")
+            .copied()
+            == Some(TOTAL as i64)
     })
     .await;
     assert!(
         done,
         "{:?}\n{}",
-        status_counts(&pool, tenant).await,
+        sql::status_counts(&pool, &f.tenant).await,
         worker.log()
     );
-    let received: HashSet<String> = receiver
+    let received: HashSet<String> = f
+        .receiver
         .received()
         .iter()
         .filter_map(|r| r["webhook_id"].as_str().map(str::to_owned))
@@ -991,6 +732,7 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
     );
     drop(worker);
     pool.close().await;
+    drop(f);
     drop(pg);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -3,21 +3,17 @@
 //! verifies with the reference Standard Webhooks library, a real SMTP server, and
 //! the recipient's feed.
 
-mod delivery_support;
-
 use std::{collections::HashMap, time::Duration};
 
-use delivery_support::{eventually, worker_env, Receiver};
 use serde_json::{json, Value};
-use tidings_tests::{AppOptions, TestApp, TestDb, TestTenant};
+use tidings_tests::{
+    eventually, user_with_email, worker_env, AppOptions, Receiver, WebhookFixture,
+};
 
 const RECIPIENTS: [&str; 3] = ["ann", "bob", "cat"];
 
 struct World {
-    app: TestApp,
-    _db: TestDb,
-    tenant: TestTenant,
-    webhooks: Receiver,
+    hooks: WebhookFixture,
     smtp: Receiver,
 }
 
@@ -25,57 +21,21 @@ struct World {
 /// addresses, one webhook endpoint, and both receivers running.
 async fn world() -> World {
     let smtp = Receiver::smtp(0).await;
-    let db = TestDb::create().await.unwrap();
     let mut env = worker_env(&[]);
     env.push(("TIDINGS_SMTP_URL".into(), smtp.smtp_url()));
-    let app = TestApp::spawn_on(
-        &db.url,
+    let hooks = WebhookFixture::start(
+        None,
         AppOptions {
             env,
             ..Default::default()
         },
     )
-    .await
-    .unwrap();
-    let tenant = app.create_tenant().await;
+    .await;
     for user in RECIPIENTS {
-        let resp = app
-            .client
-            .put(app.url(&format!("/v1/users/{user}")))
-            .bearer_auth(&tenant.api_key)
-            .json(&json!({"email": format!("{user}@example.com")}))
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
+        user_with_email(&hooks.api(), user, Some(&format!("{user}@example.com"))).await;
     }
-    // The endpoint's URL must exist before its secret does; reserve a port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let resp = app
-        .client
-        .post(app.url("/v1/webhook-endpoints"))
-        .bearer_auth(&tenant.api_key)
-        .json(&json!({"url": format!("http://127.0.0.1:{port}/hook")}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
-    let secret = resp.json::<Value>().await.unwrap()["secret"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let webhooks = Receiver::webhooks_on(port, &[&secret]).await;
-    World {
-        app,
-        _db: db,
-        tenant,
-        webhooks,
-        smtp,
-    }
+    hooks.endpoint("/hook").await;
+    World { hooks, smtp }
 }
 
 fn overdue_alert() -> Value {
@@ -89,32 +49,19 @@ fn overdue_alert() -> Value {
     })
 }
 
-async fn post_alert(w: &World, idempotency_key: Option<&str>) -> reqwest::Response {
-    let mut req = w
-        .app
-        .client
-        .post(w.app.url("/v1/alerts"))
-        .bearer_auth(&w.tenant.api_key)
-        .json(&overdue_alert());
-    if let Some(key) = idempotency_key {
-        req = req.header("Idempotency-Key", key);
-    }
-    req.send().await.unwrap()
-}
-
 /// Waits until the receivers hold 3 webhooks and 3 emails, then lets the workers
 /// run a little longer so that a duplicate, if the system made one, would arrive.
 async fn wait_for_deliveries(w: &World) {
     let arrived = eventually(Duration::from_secs(30), || async {
-        w.webhooks.received().len() >= 3 && w.smtp.received().len() >= 3
+        w.hooks.receiver.received().len() >= 3 && w.smtp.received().len() >= 3
     })
     .await;
     assert!(
         arrived,
         "webhooks {:?}, emails {:?}; server log:\n{}",
-        w.webhooks.received(),
+        w.hooks.receiver.received(),
         w.smtp.received(),
-        w.app.log()
+        w.hooks.app.process.log()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
@@ -130,9 +77,13 @@ fn count_by<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<String, usize>
 #[tokio::test]
 async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
     let w = world().await;
-    let resp = post_alert(&w, None).await;
-    assert_eq!(resp.status(), 202);
-    let alert: Value = resp.json().await.unwrap();
+    let (app, tenant) = (&w.hooks.app, &w.hooks.tenant);
+    let alert = w
+        .hooks
+        .api()
+        .create_alert(&overdue_alert())
+        .expect(202)
+        .await;
     wait_for_deliveries(&w).await;
 
     let keys_of = |channel: &str| -> Vec<String> {
@@ -146,7 +97,7 @@ async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
     };
 
     // Webhooks: verified by the reference library, webhook-id = notification key.
-    let hooks = w.webhooks.received();
+    let hooks = w.hooks.receiver.received();
     assert_eq!(hooks.len(), 3, "{hooks:?}");
     assert!(hooks.iter().all(|h| h["verified"] == true), "{hooks:?}");
     let mut ids: Vec<String> = hooks
@@ -170,19 +121,9 @@ async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
 
     // In-app: in each recipient's feed, as an alert.
     for user in RECIPIENTS {
-        let token = w.app.user_token(&w.tenant, user).await;
+        let token = app.user_token(tenant, user).await;
         let served = eventually(Duration::from_secs(10), || async {
-            let feed: Value = w
-                .app
-                .client
-                .get(w.app.url("/v1/feed"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let feed = app.user(&token).feed("").expect(200).await;
             feed["items"].as_array().is_some_and(|items| {
                 items.len() == 1
                     && items[0]["source"] == "alert"
@@ -195,17 +136,7 @@ async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
 
     // And the alert's own record says so.
     let id = alert["alert_id"].as_str().unwrap();
-    let record: Value = w
-        .app
-        .client
-        .get(w.app.url(&format!("/v1/alerts/{id}")))
-        .bearer_auth(&w.tenant.api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = w.hooks.api().get_alert(id).expect(200).await;
     let statuses = count_by(
         record["deliveries"]
             .as_array()
@@ -222,27 +153,28 @@ async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
 
 /// The sender retries 100 times at once: every key is received exactly once.
 async fn hundred_concurrent_posts_deliver_once_per_key(idempotency_key: Option<&str>) {
-    let w = world().await;
+    let w = std::sync::Arc::new(world().await);
     let mut posts = tokio::task::JoinSet::new();
-    let w = std::sync::Arc::new(w);
     for _ in 0..100 {
         let w = w.clone();
         let key = idempotency_key.map(str::to_string);
-        posts.spawn(async move { post_alert(&w, key.as_deref()).await.status().as_u16() });
+        posts.spawn(async move {
+            let mut call = w.hooks.api().create_alert(&overdue_alert());
+            if let Some(key) = &key {
+                call = call.idempotency_key(key);
+            }
+            // Idempotency-Key conflicts answer 409 while the first request is in flight.
+            call.reply_one_of(&[202, 409]).await.status
+        });
     }
     let mut statuses = Vec::new();
     while let Some(status) = posts.join_next().await {
         statuses.push(status.unwrap());
     }
-    // Idempotency-Key conflicts answer 409 while the first request is in flight.
-    assert!(
-        statuses.iter().all(|s| *s == 202 || *s == 409),
-        "{statuses:?}"
-    );
     assert!(statuses.contains(&202));
     wait_for_deliveries(&w).await;
 
-    let hooks = w.webhooks.received();
+    let hooks = w.hooks.receiver.received();
     let per_id = count_by(hooks.iter().map(|h| h["webhook_id"].as_str().unwrap()));
     assert_eq!(per_id.len(), 3, "{per_id:?}");
     assert!(
@@ -252,18 +184,8 @@ async fn hundred_concurrent_posts_deliver_once_per_key(idempotency_key: Option<&
     let mails = w.smtp.received();
     assert_eq!(mails.len(), 3, "{mails:?}");
     for user in RECIPIENTS {
-        let token = w.app.user_token(&w.tenant, user).await;
-        let feed: Value = w
-            .app
-            .client
-            .get(w.app.url("/v1/feed"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let token = w.hooks.app.user_token(&w.hooks.tenant, user).await;
+        let feed = w.hooks.app.user(&token).feed("").expect(200).await;
         assert!(
             feed["items"].as_array().unwrap().len() <= 1,
             "{user} got the alert twice: {feed}"

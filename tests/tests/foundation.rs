@@ -1,26 +1,22 @@
 //! The service's frame: health, readiness, docs, problem bodies, the OpenAPI
 //! document, and the embedded PostgreSQL default.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
-use serde_json::Value;
-use tidings_tests::{expect_problem, tidings_bin, AppOptions, TestApp};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tidings_tests::{sql, tidings_bin, AppOptions, TenantFixture, TestApp, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn health_is_ok_and_ready_once_migrated() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let live: Value = app
-        .client
-        .get(app.url("/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let live = app.public().live().expect(200).await;
     assert_eq!(live["status"], "ok");
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 200);
+    app.public().ready().expect(200).await;
 }
 
 #[tokio::test]
@@ -28,38 +24,17 @@ async fn readiness_fails_when_migrations_are_missing() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let pool = db.pool().await.unwrap();
     // Forget one applied migration: the binary knows more than the database has.
-    sqlx::query(
-        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 503);
-    let body: Value = ready.json().await.unwrap();
+    sql::forget_last_migration(&pool).await;
+    let body = app.public().ready().expect(503).await;
     assert_eq!(body["status"], "migrations pending");
 }
 
 #[tokio::test]
 async fn docs_and_openapi_json_are_served() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let docs = app.client.get(app.url("/docs")).send().await.unwrap();
-    assert_eq!(docs.status(), 200);
-    assert!(docs
-        .text()
-        .await
-        .unwrap()
-        .to_lowercase()
-        .contains("swagger"));
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let docs = app.public().docs().expect(200).await;
+    assert!(docs.to_lowercase().contains("swagger"));
+    let spec = app.public().openapi().expect(200).await;
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
     assert!(spec["paths"]["/readyz"].is_object());
 }
@@ -67,16 +42,9 @@ async fn docs_and_openapi_json_are_served() {
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_get_problem_bodies() {
     let (app, _db) = TestApp::spawn().await.unwrap();
-    let resp = app
-        .client
-        .get(app.url("/no/such/route"))
-        .send()
-        .await
-        .unwrap();
-    let problem = expect_problem(resp, 404).await;
+    let problem = app.raw(Method::GET, "/no/such/route").problem(404).await;
     assert_eq!(problem["code"], "not_found");
-    let resp = app.client.delete(app.url("/healthz")).send().await.unwrap();
-    let problem = expect_problem(resp, 405).await;
+    let problem = app.raw(Method::DELETE, "/healthz").problem(405).await;
     assert_eq!(problem["code"], "method_not_allowed");
 }
 
@@ -88,28 +56,20 @@ async fn oversized_bodies_get_413_whether_declared_or_streamed() {
     };
     let (app, _db) = TestApp::spawn_with(opts).await.unwrap();
     let big = vec![b'x'; 4096];
-    let resp = app
-        .client
-        .post(app.url("/healthz"))
-        .body(big.clone())
-        .send()
-        .await
-        .unwrap();
-    expect_problem(resp, 413).await;
+    app.raw(Method::POST, "/healthz")
+        .body(None, big.clone())
+        .problem(413)
+        .await;
     // No Content-Length: a chunked stream must be cut off at the limit too.
     let stream = futures::stream::iter(
         big.chunks(512)
             .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
             .collect::<Vec<_>>(),
     );
-    let resp = app
-        .client
-        .post(app.url("/healthz"))
-        .body(reqwest::Body::wrap_stream(stream))
-        .send()
-        .await
-        .unwrap();
-    expect_problem(resp, 413).await;
+    app.raw(Method::POST, "/healthz")
+        .body(None, reqwest::Body::wrap_stream(stream))
+        .problem(413)
+        .await;
 }
 
 #[test]
@@ -141,105 +101,240 @@ fn help_explains_the_commands_and_configuration() {
         .output()
         .unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
-    for word in ["DATABASE_URL", "TIDINGS_LISTEN", "TIDINGS_MAX_BODY_BYTES"] {
+    for word in [
+        "DATABASE_URL",
+        "TIDINGS_LISTEN",
+        "TIDINGS_MAX_BODY_BYTES",
+        "TIDINGS_DATA_DIR",
+        "/var/lib/tidings",
+    ] {
         assert!(help.contains(word), "serve --help lacks {word}: {help}");
     }
 }
 
-/// Without DATABASE_URL the binary starts its own PostgreSQL, serves, and on
-/// SIGTERM stops it: no postmaster is left running.
+/// Without DATABASE_URL and without --data-dir the binary starts its own
+/// PostgreSQL, serves, and on SIGTERM stops it: no postmaster is left running.
+/// The working directory is a 0700 directory, as a clone under /root or in
+/// `mktemp -d` is: run as root, PostgreSQL runs as an unprivileged account that
+/// cannot reach `./.tidings`, so the data must move to a reachable per-checkout
+/// directory, say so in the log, and be found there again by the next start.
+/// (Not root: PostgreSQL runs as we do and the data stays in `./.tidings`.)
+/// The server runs with autovacuum on and the migrations' per-table settings.
 #[tokio::test]
-async fn embedded_postgres_starts_serves_and_stops_on_sigterm() {
-    let dir = tempdir_in_target("embedded");
-    let opts = AppOptions {
-        args: vec!["--data-dir".into(), dir.display().to_string()],
-        no_database_url: true,
-        ..Default::default()
+async fn embedded_default_in_a_0700_directory_serves_is_found_again_and_stops_on_sigterm() {
+    let checkout = private_tempdir("embedded-default");
+    let as_root = owner_uid(&checkout) == 0;
+    let start = || {
+        TestApp::spawn_on(
+            "",
+            AppOptions {
+                no_database_url: true,
+                cwd: Some(checkout.clone()),
+                ..Default::default()
+            },
+        )
     };
-    let mut app = TestApp::spawn_on("", opts).await.unwrap();
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 200, "log: {}", app.log());
 
-    let pid_file = dir.join("pg/postmaster.pid");
-    let postmaster: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let mut app = start().await.unwrap();
+    // Not ready (503) would be explained by the server's log.
+    let ready = app.public().ready().reply_one_of(&[200, 503]).await;
+    assert_eq!(ready.status, 200, "log: {}", app.process.log());
+    let root = data_root_from_log(&app.process.log(), as_root, &checkout);
+    let pid_file = root.join("pg/postmaster.pid");
+    let (postmaster, port) = postmaster_pid_and_port(&pid_file);
     assert!(process_alive(postmaster));
-
-    let status = app.terminate().await.unwrap();
-    assert!(status.success(), "tidings exited with {status}");
-    for _ in 0..100 {
-        if !process_alive(postmaster) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if as_root {
+        assert!(!root.starts_with(&checkout), "{}", root.display());
+        assert_ne!(
+            owner_uid(&root.join("pg")),
+            0,
+            "PostgreSQL's data is not root's"
+        );
+        let note = std::fs::read_to_string(checkout.join(".tidings/where-is-the-data.txt"))
+            .expect("a note in ./.tidings says where the data went");
+        assert!(note.contains(&root.display().to_string()), "{note}");
     }
-    assert!(
-        !process_alive(postmaster),
-        "PostgreSQL (pid {postmaster}) still running after SIGTERM"
+
+    // Autovacuum runs, set explicitly, and migration 0008's table settings apply.
+    let db_url = format!("postgres://postgres@127.0.0.1:{port}/tidings");
+    let pool = sqlx::PgPool::connect(&db_url).await.unwrap();
+    let (autovacuum, source): (String, String) =
+        sqlx::query_as("SELECT setting, source FROM pg_settings WHERE name = 'autovacuum'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (autovacuum.as_str(), source.as_str()),
+        ("on", "command line")
     );
+    let track_counts: String = sqlx::query_scalar("SHOW track_counts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(track_counts, "on");
+    let options: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'deliveries'::regclass",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        options.contains(&"autovacuum_vacuum_scale_factor=0.01".to_string()),
+        "{options:?}"
+    );
+    let tenant = app.create_tenant().await;
+    pool.close().await;
+
+    let status = app.process.terminate().await.unwrap();
+    assert!(status.success(), "tidings exited with {status}");
+    wait_until_gone(postmaster).await;
     assert!(
         !pid_file.exists(),
         "postmaster.pid left behind: not a clean shutdown"
     );
 
-    // Data is kept between runs: a second start reuses the directory.
-    let opts = AppOptions {
-        args: vec!["--data-dir".into(), dir.display().to_string()],
-        no_database_url: true,
-        ..Default::default()
-    };
-    let mut again = TestApp::spawn_on("", opts).await.unwrap();
+    // The next start finds the same instance: same place, same data.
+    let mut again = start().await.unwrap();
+    let ready = again.public().ready().reply_one_of(&[200, 503]).await;
+    assert_eq!(ready.status, 200, "log: {}", again.process.log());
     assert_eq!(
-        again
-            .client
-            .get(again.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
+        data_root_from_log(&again.process.log(), as_root, &checkout),
+        root
     );
-    assert!(again.terminate().await.unwrap().success());
-    let _ = std::fs::remove_dir_all(&dir);
+    let (postmaster, port) = postmaster_pid_and_port(&pid_file);
+    let pool = sqlx::PgPool::connect(&format!("postgres://postgres@127.0.0.1:{port}/tidings"))
+        .await
+        .unwrap();
+    let kept: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1::uuid)")
+            .bind(&tenant.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(kept, "the tenant made by the first start is gone");
+    pool.close().await;
+    assert!(again.process.terminate().await.unwrap().success());
+    wait_until_gone(postmaster).await;
+
+    let _ = std::fs::remove_dir_all(&checkout);
+    if as_root {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
+
+/// An explicit data directory (flag or environment) is used as given: when
+/// PostgreSQL's account cannot reach it, start-up is refused with the directory
+/// in the way named, and nothing is initialised anywhere else.
+#[tokio::test]
+async fn an_explicit_data_dir_postgres_cannot_reach_is_refused() {
+    let parent = private_tempdir("explicit");
+    if owner_uid(&parent) != 0 {
+        // Not root: PostgreSQL runs as we do and reaches whatever we can.
+        eprintln!("skipped: only root hands PostgreSQL to another account");
+        let _ = std::fs::remove_dir_all(&parent);
+        return;
+    }
+    let data_dir = parent.join("data");
+    for (args, env) in [
+        (vec!["--data-dir", data_dir.to_str().unwrap()], None),
+        (vec![], Some(data_dir.to_str().unwrap())),
+    ] {
+        let mut cmd = Command::new(tidings_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .env_remove("DATABASE_URL")
+            .env_remove("TIDINGS_DATA_DIR");
+        if let Some(dir) = env {
+            cmd.env("TIDINGS_DATA_DIR", dir);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{} is not searchable by other users, so PostgreSQL (running as",
+                parent.display()
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("choose another --data-dir or set DATABASE_URL"));
+        assert!(!data_dir.join("pg").exists(), "initialised anyway");
+        assert!(!stderr.contains("keeps its data in"), "fell back: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&parent);
+}
+
+/// A new directory only its owner can enter (like /root or `mktemp -d`).
+fn private_tempdir(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir =
+        std::env::temp_dir().join(format!("tidings-{name}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+fn owner_uid(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().uid()
+}
+
+/// Where the server keeps its data: the fallback its log names (as root), or
+/// `./.tidings` (otherwise, when the log must name no fallback).
+fn data_root_from_log(log: &str, as_root: bool, checkout: &Path) -> PathBuf {
+    const SAID: &str = "the embedded PostgreSQL keeps its data in ";
+    let named = log.lines().find_map(|line| {
+        let rest = &line[line.find(SAID)? + SAID.len()..];
+        Some(PathBuf::from(rest.split_whitespace().next()?))
+    });
+    if as_root {
+        named.unwrap_or_else(|| panic!("the log does not say where the data went:\n{log}"))
+    } else {
+        assert_eq!(
+            named, None,
+            "fell back although PostgreSQL runs as us:\n{log}"
+        );
+        checkout.join(".tidings")
+    }
+}
+
+/// Line 1 of postmaster.pid is the pid, line 4 the port.
+fn postmaster_pid_and_port(pid_file: &Path) -> (i32, u16) {
+    let text =
+        std::fs::read_to_string(pid_file).unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    (
+        lines[0].trim().parse().unwrap(),
+        lines[3].trim().parse().unwrap(),
+    )
+}
+
+async fn wait_until_gone(postmaster: i32) {
+    for _ in 0..100 {
+        if !process_alive(postmaster) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("PostgreSQL (pid {postmaster}) still running after SIGTERM");
 }
 
 fn process_alive(pid: i32) -> bool {
-    // `kill -0` succeeds for live processes; zombies have no /proc/<pid>/status "State: Z" check needed
-    // because the postmaster is reparented and reaped by init.
+    // The postmaster is our grandchild, reaped by init once it exits; a zombie
+    // waiting for that counts as gone.
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
             .contains("State:\tZ")
 }
 
-/// A directory under target/ (not /tmp, whose sticky bit is fine, but target/ is
-/// certainly reachable by the unprivileged account PostgreSQL runs as).
-fn tempdir_in_target(name: &str) -> std::path::PathBuf {
-    let dir = tidings_bin()
-        .parent()
-        .unwrap()
-        .join("test-data")
-        .join(format!("{name}-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[tokio::test]
 async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodies() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let post = |body: &'static str, content_type: &'static str| {
-        app.client
-            .post(app.url("/v1/admin/tenants"))
-            .bearer_auth(tidings_tests::ADMIN_TOKEN)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
+        app.raw(Method::POST, "/v1/admin/tenants")
+            .bearer(ADMIN_TOKEN)
+            .body(Some(content_type), body)
     };
     for (body, content_type, status) in [
         ("{\"name\": ", "application/json", 400),
@@ -254,8 +349,7 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
         ("", "application/json", 400),
         ("name=x", "application/x-www-form-urlencoded", 415),
     ] {
-        let resp = post(body, content_type).await.unwrap();
-        let problem = expect_problem(resp, status).await;
+        let problem = post(body, content_type).problem(status).await;
         assert!(
             problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
             "{body}: {problem}"
@@ -263,11 +357,7 @@ async fn malformed_json_unknown_fields_and_wrong_content_types_get_problem_bodie
     }
     // Nothing was stored by any of them.
     let pool = db.pool().await.unwrap();
-    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(tenants, 0);
+    assert_eq!(sql::count(&pool, sql::Rows::Tenants).await, 0);
 }
 
 /// The documented schema of a 200/201 JSON response of `method path`.
@@ -286,29 +376,20 @@ fn response_schema<'a>(spec: &'a Value, path: &str, method: &str) -> &'a Value {
     &spec["components"]["schemas"][name]
 }
 
+/// A server with a tenant, a token for its user `user-1`, and the OpenAPI
+/// document it serves.
+async fn served_spec_with_a_user() -> (TenantFixture, String, Value) {
+    let f = TenantFixture::spawn().await;
+    let token = f.token("user-1").await;
+    let spec = f.app.public().openapi().expect(200).await;
+    (f, token, spec)
+}
+
 #[tokio::test]
 async fn fields_answered_as_null_are_documented_nullable() {
-    let (app, _db) = TestApp::spawn().await.unwrap();
-    let tenant = app.create_tenant().await;
-    let token = app.user_token(&tenant, "user-1").await;
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    app.client
-        .put(app.url("/v1/users/user-1"))
-        .bearer_auth(&tenant.api_key)
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
+    let (f, token, spec) = served_spec_with_a_user().await;
+    let (app, tenant) = (&f.app, &f.tenant);
+    f.api().put_user("user-1", &json!({})).expect(200).await;
     // Empty feed, no watermarks, last pages, a user without contact data: each
     // answer carries nulls.
     let calls: [(&str, &str, &str, &str); 6] = [
@@ -336,17 +417,11 @@ async fn fields_answered_as_null_are_documented_nullable() {
     ];
     let mut nulls_seen = 0;
     for (method, template, path, credential) in calls {
-        let req = match method {
-            "get" => app.client.get(app.url(path)),
-            _ => app.client.post(app.url(path)).json(&serde_json::json!({})),
+        let call = match method {
+            "get" => app.raw(Method::GET, path),
+            _ => app.raw(Method::POST, path).json(&json!({})),
         };
-        let resp = req.bearer_auth(credential).send().await.unwrap();
-        assert!(
-            resp.status().is_success(),
-            "{method} {path}: {}",
-            resp.status()
-        );
-        let body: Value = resp.json().await.unwrap();
+        let body = call.bearer(credential).expect(200).await;
         let schema = response_schema(&spec, template, method);
         let Some(fields) = body.as_object() else {
             continue;
@@ -370,18 +445,8 @@ async fn fields_answered_as_null_are_documented_nullable() {
 
 #[tokio::test]
 async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_operation() {
-    let (app, _db) = TestApp::spawn().await.unwrap();
-    let tenant = app.create_tenant().await;
-    let token = app.user_token(&tenant, "user-1").await;
-    let spec: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (f, token, spec) = served_spec_with_a_user().await;
+    let (app, tenant) = (&f.app, &f.tenant);
     let mut checked = 0;
     for (template, operations) in spec["paths"].as_object().unwrap() {
         for (method, operation) in operations.as_object().unwrap() {
@@ -389,7 +454,7 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
                 continue;
             }
             let credential = match operation["security"][0].as_object() {
-                Some(s) if s.contains_key("AdminAuth") => tidings_tests::ADMIN_TOKEN,
+                Some(s) if s.contains_key("AdminAuth") => ADMIN_TOKEN,
                 Some(s) if s.contains_key("UserTokenAuth") => token.as_str(),
                 _ => tenant.api_key.as_str(),
             };
@@ -405,15 +470,11 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
                 .collect::<Vec<_>>()
                 .join("/");
             let method_name = method.to_uppercase();
-            let resp = app
-                .client
-                .request(method_name.parse().unwrap(), app.url(&path))
-                .bearer_auth(credential)
-                .body("{}")
-                .send()
-                .await
-                .unwrap();
-            expect_problem(resp, 415).await;
+            app.raw(method_name.parse().unwrap(), &path)
+                .bearer(credential)
+                .body(None, "{}")
+                .problem(415)
+                .await;
             let documented = &operation["responses"]["415"]["content"]["application/problem+json"];
             assert!(
                 !documented.is_null(),

@@ -1,4 +1,4 @@
-//! The NATS inbox (DESIGN invariant 8): alert requests consumed from JetStream
+//! The NATS inbox (ARCHITECTURE.md, invariant 8): alert requests consumed from JetStream
 //! are recorded by message id in the alert's own transaction and acked only
 //! after commit, so redelivery, duplicates, replays and a crash between commit
 //! and ack create nothing new. Needs a NATS server with JetStream
@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::Config as StreamConfig};
 use serde_json::{json, Value};
-use sqlx::PgPool;
-use tidings_tests::{AppOptions, TestApp, TestDb};
+use tidings_tests::{
+    sql::{count, wait_for_count, Rows},
+    AppOptions, TestApp, TestDb,
+};
 
 fn nats_url() -> String {
     std::env::var("TIDINGS_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_string())
@@ -47,14 +49,15 @@ impl Bus {
         }
     }
 
-    fn env(&self, durable: &str) -> Vec<(String, String)> {
-        vec![
-            ("TIDINGS_NATS_URL".into(), nats_url()),
-            ("TIDINGS_NATS_STREAM".into(), self.stream.clone()),
-            ("TIDINGS_NATS_SUBJECT".into(), self.subject.clone()),
-            ("TIDINGS_NATS_DURABLE".into(), durable.into()),
-            ("TIDINGS_NATS_ACK_WAIT_SECS".into(), "2".into()),
-        ]
+    /// `serve` consuming this stream with the durable consumer `durable`.
+    fn app_options(&self, durable: &str) -> AppOptions {
+        AppOptions::env([
+            ("TIDINGS_NATS_URL", nats_url()),
+            ("TIDINGS_NATS_STREAM", self.stream.clone()),
+            ("TIDINGS_NATS_SUBJECT", self.subject.clone()),
+            ("TIDINGS_NATS_DURABLE", durable.into()),
+            ("TIDINGS_NATS_ACK_WAIT_SECS", "2".into()),
+        ])
     }
 
     async fn publish(&self, body: &Value, msg_id: Option<&str>) {
@@ -106,22 +109,6 @@ impl Bus {
     }
 }
 
-async fn scalar(pool: &PgPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
-}
-
-async fn wait_for(pool: &PgPool, sql: &str, want: i64) {
-    let mut got = -1;
-    for _ in 0..150 {
-        got = scalar(pool, sql).await;
-        if got == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{sql}: wanted {want}, got {got}");
-}
-
 fn alert_message(tenant: &str) -> Value {
     json!({
         "tenant_id": tenant,
@@ -138,15 +125,9 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     let bus = Bus::new().await;
     let db = TestDb::create().await.unwrap();
     let pool = db.pool().await.unwrap();
-    let app = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env: bus.env("first"),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let app = TestApp::spawn_on(&db.url, bus.app_options("first"))
+        .await
+        .unwrap();
     let tenant = app.create_tenant().await;
     let message = alert_message(&tenant.id);
 
@@ -163,12 +144,9 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
         "JetStream stored all three copies"
     );
     bus.wait_all_acked("first").await;
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
-    assert_eq!(
-        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
-        1
-    );
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
+    assert_eq!(count(&pool, Rows::Notifications).await, 2);
+    assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
 
     // Poison: recorded with its reason and terminated, not redelivered forever.
     bus.publish(&json!("not an alert"), None).await;
@@ -176,32 +154,18 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     unknown_tenant["entity_id"] = json!("inv-8");
     bus.publish(&unknown_tenant, None).await;
     bus.wait_all_acked("first").await;
-    wait_for(
-        &pool,
-        "SELECT count(*) FROM inbox_messages WHERE outcome = 'rejected' AND error IS NOT NULL",
-        2,
-    )
-    .await;
+    wait_for_count(&pool, Rows::RejectedInboxMessages, 2).await;
 
     // A replay of the whole stream by a new consumer (same message ids: Nats-Msg-Id,
     // or stream:sequence) changes nothing.
     drop(app);
-    let replayer = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env: bus.env("second"),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let replayer = TestApp::spawn_on(&db.url, bus.app_options("second"))
+        .await
+        .unwrap();
     bus.wait_all_acked("second").await;
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
-    assert_eq!(
-        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
-        3
-    );
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
+    assert_eq!(count(&pool, Rows::Notifications).await, 2);
+    assert_eq!(count(&pool, Rows::InboxMessages).await, 3);
     drop(replayer);
     bus.delete().await;
 }
@@ -211,46 +175,31 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
     let bus = Bus::new().await;
     let db = TestDb::create().await.unwrap();
     let pool = db.pool().await.unwrap();
-    let mut env = bus.env("crashy");
-    env.push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
-    let mut app = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let mut crashy = bus.app_options("crashy");
+    crashy
+        .env
+        .push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
+    let mut app = TestApp::spawn_on(&db.url, crashy).await.unwrap();
     let tenant = app.create_tenant().await;
     bus.publish(&alert_message(&tenant.id), None).await;
 
     // The alert commits, then the process aborts before acking.
-    wait_for(&pool, "SELECT count(*) FROM inbox_messages", 1).await;
+    wait_for_count(&pool, Rows::InboxMessages, 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    app.kill();
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
+    app.process.kill();
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
     let (_, unacked) = bus.pending("crashy").await;
     assert_eq!(unacked, 1, "the message was committed but never acked");
 
     // After a restart JetStream redelivers it; the inbox recognises it and acks.
-    let restarted = TestApp::spawn_on(
-        &db.url,
-        AppOptions {
-            env: bus.env("crashy"),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let restarted = TestApp::spawn_on(&db.url, bus.app_options("crashy"))
+        .await
+        .unwrap();
     bus.wait_all_acked("crashy").await;
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM alerts").await, 1);
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM notifications").await, 2);
-    assert_eq!(scalar(&pool, "SELECT count(*) FROM deliveries").await, 2);
-    assert_eq!(
-        scalar(&pool, "SELECT count(*) FROM inbox_messages").await,
-        1
-    );
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
+    assert_eq!(count(&pool, Rows::Notifications).await, 2);
+    assert_eq!(count(&pool, Rows::Deliveries).await, 2);
+    assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
     drop(restarted);
     bus.delete().await;
 }

@@ -1,7 +1,7 @@
 'use strict';
 // Every vector in core/golden.json, reproduced by the WebAssembly build byte
 // for byte: keys, digests, lock keys and cursors must never differ between
-// the server and the browser (DESIGN.md invariant 5).
+// the server and the browser (ARCHITECTURE.md, invariant 5).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');

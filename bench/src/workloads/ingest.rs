@@ -113,7 +113,7 @@ fn pgbench_script(ctx: &Ctx) -> anyhow::Result<PathBuf> {
                :tenant AS s5p1, g.aid AS s5p2, :etype AS s5p3, g.ent AS s5p4, 'Invoice overdue' AS s5p5, '{\"amount\": 42}' AS s5p6, \
                (SELECT array_agg(rec ORDER BY k) FROM r WHERE ch = 'in_app') AS s5p7, \
                (SELECT array_agg(k ORDER BY k) FROM r WHERE ch = 'in_app') AS s5p8, \
-               :tenant AS s6p1, \
+               'tidings_outbox' AS s6p1, :tenant AS s6p2, \
                :tenant AS s7p1, g.aid AS s7p2, :etype AS s7p3, g.ent AS s7p4, 'Invoice overdue' AS s7p5, \
                '{\"amount\": 42}' AS s7p6, '{in_app,webhook}' AS s7p7, '' AS s7p8 \
         FROM g \\gset";

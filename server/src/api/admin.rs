@@ -9,7 +9,7 @@ use crate::{
     auth::AdminAuth,
     error::{ApiError, ApiResult},
     state::AppState,
-    store, tenants,
+    tenants::{self, TenantError},
 };
 
 pub struct AdminApi {
@@ -74,7 +74,9 @@ impl AdminApi {
         _auth: AdminAuth,
         body: Json<TenantIn>,
     ) -> ApiResult<TenantCreated> {
-        let t = tenants::create_tenant(&self.state.pool, &body.name).await?;
+        let t = tenants::create_tenant(&self.state.pool, &body.name)
+            .await
+            .map_err(tenant_problem)?;
         Ok(TenantCreated::Created(Json(TenantCreatedOut {
             tenant_id: t.tenant_id,
             name: t.name,
@@ -92,7 +94,9 @@ impl AdminApi {
         operation_id = "admin.key.create"
     )]
     async fn create_key(&self, _auth: AdminAuth, tenant_id: Path<Uuid>) -> ApiResult<KeyCreated> {
-        let (api_key_id, api_key) = tenants::issue_api_key(&self.state.pool, tenant_id.0).await?;
+        let (api_key_id, api_key) = tenants::issue_api_key(&self.state.pool, tenant_id.0)
+            .await
+            .map_err(tenant_problem)?;
         Ok(KeyCreated::Created(Json(ApiKeyOut {
             api_key_id,
             api_key,
@@ -111,12 +115,21 @@ impl AdminApi {
         tenant_id: Path<Uuid>,
         key_id: Path<Uuid>,
     ) -> ApiResult<KeyRevoked> {
-        let hash = store::tenants::revoke_api_key(&self.state.pool, tenant_id.0, key_id.0)
-            .await?
-            .ok_or_else(|| {
-                ApiError::not_found("api_key_not_found", "no such unrevoked key for this tenant")
-            })?;
-        self.state.auth_cache.api_keys.invalidate(&hash).await;
-        Ok(KeyRevoked::Revoked)
+        if tenants::revoke_api_key(&self.state, tenant_id.0, key_id.0).await? {
+            Ok(KeyRevoked::Revoked)
+        } else {
+            Err(ApiError::not_found(
+                "api_key_not_found",
+                "no such unrevoked key for this tenant",
+            ))
+        }
+    }
+}
+
+fn tenant_problem(err: TenantError) -> ApiError {
+    match err {
+        TenantError::InvalidName(invalid) => invalid.into(),
+        TenantError::NotFound => ApiError::not_found("tenant_not_found", err.to_string()),
+        TenantError::Db(db) => db.into(),
     }
 }

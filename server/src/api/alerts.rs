@@ -9,14 +9,17 @@ use poem_openapi::{
 use tidings_core::Channel;
 use uuid::Uuid;
 
-use super::{deliveries::DeliveryOut, ApiTags};
+use super::{deliveries::DeliveryOut, ApiTags, ChannelName};
 use crate::{
-    alerts::{self, AlertCreated, AlertInput, NewAlert, NotificationStatus, Submitted},
+    alerts::{
+        self, AlertCreated, AlertRequest, InvalidAlert, NotificationStatus, SubmitError, Submitted,
+    },
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
-    idempotency::{self, IdempotencyRequest},
+    idempotency::{
+        self, Fingerprint, IdempotencyError, IdempotencyKey, IdempotencyRequest, SavedResponse,
+    },
     state::AppState,
-    store::alerts as alert_store,
 };
 
 pub struct AlertsApi {
@@ -25,37 +28,13 @@ pub struct AlertsApi {
 
 pub const PATH: &str = "/v1/alerts";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, serde::Serialize, serde::Deserialize)]
-#[oai(rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum ChannelName {
-    InApp,
-    Email,
-    Webhook,
-}
-
-impl From<ChannelName> for Channel {
-    fn from(c: ChannelName) -> Self {
-        match c {
-            ChannelName::InApp => Channel::InApp,
-            ChannelName::Email => Channel::Email,
-            ChannelName::Webhook => Channel::Webhook,
-        }
-    }
-}
-
-impl From<Channel> for ChannelName {
-    fn from(c: Channel) -> Self {
-        match c {
-            Channel::InApp => ChannelName::InApp,
-            Channel::Email => ChannelName::Email,
-            Channel::Webhook => ChannelName::Webhook,
-        }
-    }
-}
-
-#[derive(Debug, Object)]
+// The body of `POST /v1/alerts`, and of a NATS alert message (plus
+// `tenant_id`): both front doors read this one type and parse it into an
+// `AlertRequest` the same way. (A plain comment: doc comments become the
+// OpenAPI description.)
+#[derive(Debug, Clone, Object, serde::Serialize, serde::Deserialize)]
 #[oai(deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct AlertIn {
     /// E.g. `invoice.overdue` (1–255 bytes).
     pub event_type: String,
@@ -75,21 +54,25 @@ pub struct AlertIn {
     pub payload: serde_json::Value,
 }
 
-impl From<&AlertIn> for AlertInput {
-    fn from(a: &AlertIn) -> Self {
-        AlertInput {
-            event_type: a.event_type.clone(),
-            entity_id: a.entity_id.clone(),
-            recipients: a.recipients.clone(),
-            team_id: a.team_id.clone(),
-            channels: a
-                .channels
-                .iter()
-                .map(|&c| Channel::from(c).as_str().to_owned())
-                .collect(),
-            subject: a.subject.clone(),
-            payload: a.payload.clone(),
-        }
+impl AlertIn {
+    pub fn into_request(self) -> Result<AlertRequest, InvalidAlert> {
+        let channels: Vec<Channel> = self.channels.iter().map(|&c| c.into()).collect();
+        AlertRequest::parse(
+            self.event_type,
+            self.entity_id,
+            self.recipients,
+            self.team_id,
+            &channels,
+            self.subject,
+            self.payload,
+        )
+    }
+
+    /// What an Idempotency-Key on this body guards: the body as sent (before
+    /// deduplication), absent fields as null.
+    fn fingerprint(&self) -> ApiResult<Fingerprint> {
+        let body = serde_json::to_value(self).map_err(anyhow::Error::from)?;
+        Ok(Fingerprint::of_request("POST", PATH, &body))
     }
 }
 
@@ -146,7 +129,7 @@ fn render(created: &AlertCreated, team: bool) -> AlertCreatedOut {
             .deliveries
             .iter()
             .map(|d| NotificationOut {
-                recipient_id: d.recipient_id.clone(),
+                recipient_id: d.recipient_id.to_string(),
                 channel: d.channel.into(),
                 key: d.key.clone(),
                 readable_key: d.readable_key.clone(),
@@ -192,7 +175,7 @@ pub struct AlertOut {
     pub entity_id: String,
     pub subject: Option<String>,
     pub payload: serde_json::Value,
-    pub channels: Vec<String>,
+    pub channels: Vec<ChannelName>,
     pub team_id: Option<String>,
     pub created_at: DateTime<Utc>,
     /// Present for team alerts expanded in the background.
@@ -223,33 +206,35 @@ impl AlertsApi {
         idempotency_key: Header<Option<String>>,
         body: Json<AlertIn>,
     ) -> ApiResult<AlertAccepted> {
-        let input = AlertInput::from(&body.0);
         let idempotency = match idempotency_key.0.as_deref() {
             None => None,
             Some(raw) => Some(IdempotencyRequest {
-                key: idempotency::parse_key(raw)?,
+                key: IdempotencyKey::parse(raw)
+                    .map_err(|e| ApiError::bad_request("invalid_idempotency_key", e.to_string()))?,
                 path: PATH.to_owned(),
-                fingerprint: idempotency::fingerprint(
-                    "POST",
-                    PATH,
-                    &serde_json::to_value(&input).map_err(anyhow::Error::from)?,
-                ),
+                fingerprint: body.fingerprint()?,
             }),
         };
-        let team = input.team_id.is_some();
-        let alert = NewAlert::parse(input)?;
-        let submitted = alerts::submit_alert(
+        let alert = body.0.into_request().map_err(invalid_alert)?;
+        let team = alert.team().is_some();
+        let submitted = alerts::submit::submit(
             &self.state.pool,
             &self.state.settings.alerts,
             auth.0.tenant_id,
             idempotency,
             &alert,
-            |created| serde_json::to_vec(&render(created, team)).unwrap_or_default(),
         )
-        .await?;
+        .await
+        .map_err(submit_problem)?;
         match submitted {
-            Submitted::Fresh(created) => {
-                Ok(AlertAccepted::Accepted(Json(render(&created, team)), None))
+            Submitted::Fresh(pending) => {
+                let out = render(pending.created(), team);
+                let response = SavedResponse {
+                    status: 202,
+                    body: serde_json::to_vec(&out).map_err(anyhow::Error::from)?,
+                };
+                pending.commit(response).await.map_err(submit_problem)?;
+                Ok(AlertAccepted::Accepted(Json(out), None))
             }
             Submitted::Replayed(saved) => {
                 let out: AlertCreatedOut = serde_json::from_slice(&saved.body).map_err(|e| {
@@ -267,19 +252,22 @@ impl AlertsApi {
         operation_id = "alerts.get"
     )]
     async fn get(&self, auth: ApiKeyAuth, alert_id: Path<Uuid>) -> ApiResult<AlertResponse> {
-        let tenant = auth.0.tenant_id;
-        let alert = alert_store::get_alert(&self.state.pool, tenant, *alert_id)
+        let (alert, deliveries) = alerts::get(&self.state.pool, auth.0.tenant_id, *alert_id)
             .await?
             .ok_or_else(|| ApiError::not_found("alert_not_found", "no such alert"))?;
-        let deliveries =
-            alert_store::list_alert_deliveries(&self.state.pool, tenant, *alert_id).await?;
         Ok(AlertResponse::Ok(Json(AlertOut {
             id: alert.id,
             event_type: alert.event_type,
             entity_id: alert.entity_id,
             subject: alert.subject,
             payload: alert.payload,
-            channels: alert.channels,
+            // The column only ever holds the core's channel names.
+            channels: alert
+                .channels
+                .iter()
+                .filter_map(|c| c.parse::<Channel>().ok())
+                .map(ChannelName::from)
+                .collect(),
             team_id: alert.team_id,
             created_at: alert.created_at,
             expansion: alert.expansion_done.map(|done| ExpansionStatusOut {
@@ -288,5 +276,84 @@ impl AlertsApi {
             }),
             deliveries: deliveries.into_iter().map(Into::into).collect(),
         })))
+    }
+}
+
+fn invalid_alert(err: InvalidAlert) -> ApiError {
+    ApiError::unprocessable("invalid_alert", err.to_string())
+}
+
+fn submit_problem(err: SubmitError) -> ApiError {
+    match err {
+        SubmitError::Idempotency(err) => idempotency_problem(err),
+        SubmitError::Db(db) => db.into(),
+    }
+}
+
+/// The problems of the Idempotency-Key header, for any endpoint that takes it.
+pub(super) fn idempotency_problem(err: IdempotencyError) -> ApiError {
+    match err {
+        IdempotencyError::KeyReused(_) => ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!(
+                "this {} was used with a different request",
+                idempotency::HEADER
+            ),
+        ),
+        IdempotencyError::InFlight => ApiError::Conflict {
+            code: "idempotency_key_in_flight",
+            detail: err.to_string(),
+            retry_after_secs: Some(idempotency::IN_FLIGHT_RETRY_AFTER_SECS),
+        },
+        IdempotencyError::Db(db) => db.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body() -> AlertIn {
+        AlertIn {
+            event_type: "invoice.overdue".into(),
+            entity_id: "inv-42".into(),
+            recipients: Some(vec!["ann".into(), "bob".into(), "ann".into()]),
+            team_id: None,
+            channels: vec![ChannelName::Email, ChannelName::InApp, ChannelName::Webhook],
+            subject: Some("Invoice overdue".into()),
+            payload: serde_json::json!({"amount": 42, "currency": "EUR", "lines": [{"b": 1, "a": 2}]}),
+        }
+    }
+
+    /// Fingerprints stored for Idempotency-Keys before `crate::idempotency`
+    /// existed, computed by the code it replaced: a retry across the upgrade
+    /// must replay, not fail with 422.
+    #[test]
+    fn alert_fingerprints_are_the_ones_stored_before() {
+        let hex = |a: &AlertIn| hex::encode(a.fingerprint().expect("serialises").as_bytes());
+        assert_eq!(
+            hex(&body()),
+            "22f704c60184bfafa5498385270d52ea57f241da5706ea234e22782ac71a1edd"
+        );
+        let team = AlertIn {
+            recipients: None,
+            team_id: Some("ops".into()),
+            subject: None,
+            ..body()
+        };
+        assert_eq!(
+            hex(&team),
+            "73f2c07b821dc3552ba319e0540465e5d40db9233c97c182d3f559b176c39972"
+        );
+    }
+
+    #[test]
+    fn the_nats_body_is_the_http_body() {
+        let json = serde_json::to_value(body()).expect("serialises");
+        let back: AlertIn = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back.fingerprint().ok(), body().fingerprint().ok());
+        let mut unknown = serde_json::to_value(body()).expect("serialises");
+        unknown["priority"] = serde_json::json!("high");
+        assert!(serde_json::from_value::<AlertIn>(unknown).is_err());
     }
 }

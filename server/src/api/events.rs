@@ -2,27 +2,20 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
-use sha2::{Digest, Sha256};
+use tidings_core::{EntityId, EventType, KeyError, TeamId, UserId};
 
 use super::ApiTags;
 use crate::{
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
+    events::{self, EventsError, NewEvent, StoredEvent, MAX_BATCH},
+    payload::{Payload, PayloadError},
     state::AppState,
-    store::{
-        self,
-        events::{InsertEventsError, NewEvent, StoredEvent},
-    },
 };
 
 pub struct EventsApi {
     pub state: AppState,
 }
-
-/// Largest accepted `payload`, measured as compact serialized JSON.
-pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
-/// Most events in one batch.
-pub const MAX_BATCH: usize = 1000;
 
 /// An activity event for a team ("alice commented on the design doc").
 #[derive(Debug, Clone, Object)]
@@ -89,7 +82,8 @@ impl poem_openapi::types::Example for EventCreatedOut {
 }
 
 impl From<StoredEvent> for EventCreatedOut {
-    fn from(e: StoredEvent) -> Self {
+    fn from(stored: StoredEvent) -> Self {
+        let e = stored.event;
         EventCreatedOut {
             id: e.id,
             cursor: e.position.to_cursor(),
@@ -195,14 +189,13 @@ async fn insert(
     auth: ApiKeyAuth,
     events: &[NewEvent],
 ) -> ApiResult<Vec<StoredEvent>> {
-    store::events::insert_events(&state.pool, auth.0.tenant_id, events)
+    events::post_events(&state.pool, auth.0.tenant_id, events)
         .await
         .map_err(|err| match err {
-            InsertEventsError::KeyReused { key } => ApiError::unprocessable(
-                "idempotency_key_reused",
-                format!("idempotency_key {key:?} was already used with a different event"),
-            ),
-            InsertEventsError::Db(db) => db.into(),
+            EventsError::KeyReused { .. } => {
+                ApiError::unprocessable("idempotency_key_reused", err.to_string())
+            }
+            EventsError::Db(db) => db.into(),
         })
 }
 
@@ -213,99 +206,51 @@ fn parse_event(event: EventIn, index: Option<usize>) -> Result<NewEvent, ApiErro
         Some(i) => format!("events[{i}].{field}"),
         None => field.to_string(),
     };
-    let check = |field: &'static str, value: &str| {
-        tidings_core::validate_id(field, value)
-            .map_err(|err| ApiError::bad_request("invalid_id", format!("{}: {err}", at(field))))
+    let bad_id = |field: &str, err: KeyError| {
+        ApiError::bad_request("invalid_id", format!("{}: {err}", at(field)))
     };
-    check("team_id", &event.team_id)?;
-    check("type", &event.event_type)?;
-    if let Some(actor) = &event.actor_id {
-        check("actor_id", actor)?;
-    }
-    if let Some(object) = &event.object_id {
-        check("object_id", object)?;
-    }
+    let team_id = TeamId::parse(event.team_id).map_err(|e| bad_id("team_id", e))?;
+    let event_type =
+        EventType::parse_as("type", event.event_type).map_err(|e| bad_id("type", e))?;
+    let actor_id = event
+        .actor_id
+        .map(|a| UserId::parse_as("actor_id", a))
+        .transpose()
+        .map_err(|e| bad_id("actor_id", e))?;
+    let object_id = event
+        .object_id
+        .map(|o| EntityId::parse_as("object_id", o))
+        .transpose()
+        .map_err(|e| bad_id("object_id", e))?;
     if let Some(key) = &event.idempotency_key {
-        check("idempotency_key", key)?;
+        tidings_core::validate_id("idempotency_key", key)
+            .map_err(|e| bad_id("idempotency_key", e))?;
     }
-    if !event.payload.is_object() {
-        return Err(ApiError::unprocessable(
-            "invalid_payload",
-            format!("{} must be a JSON object", at("payload")),
-        ));
-    }
-    let size = serde_json::to_vec(&event.payload)
-        .map_err(|err| ApiError::Internal(err.into()))?
-        .len();
-    if size > MAX_PAYLOAD_BYTES {
-        return Err(ApiError::unprocessable(
-            "payload_too_large",
-            format!(
-                "{} is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
-                at("payload")
-            ),
-        ));
-    }
-    let idempotency = event
-        .idempotency_key
-        .clone()
-        .map(|key| (key, fingerprint(&event)));
+    let payload = Payload::parse(event.payload).map_err(|err| {
+        let code = match err {
+            PayloadError::NotAnObject => "invalid_payload",
+            PayloadError::TooLarge { .. } => "payload_too_large",
+        };
+        ApiError::unprocessable(code, format!("{} {err}", at("payload")))
+    })?;
+    let idempotency = event.idempotency_key.map(|key| {
+        let fingerprint = events::fingerprint(
+            &team_id,
+            &event_type,
+            actor_id.as_ref(),
+            object_id.as_ref(),
+            &payload,
+        );
+        (key, fingerprint.to_bytes())
+    });
     Ok(NewEvent {
-        team_id: event.team_id,
-        event_type: event.event_type,
-        actor_id: event.actor_id,
-        object_id: event.object_id,
-        payload: event.payload,
+        team_id,
+        event_type,
+        actor_id,
+        object_id,
+        payload: payload.into_json(),
         idempotency,
     })
-}
-
-/// SHA-256 of the event's canonical form: the fields in a fixed order, absent
-/// ones as null, object keys sorted at every depth. So a retry that serializes
-/// the same event differently (key order, whitespace) still matches, and any
-/// change of content does not.
-fn fingerprint(event: &EventIn) -> [u8; 32] {
-    let mut canonical = String::new();
-    let fields = serde_json::json!([
-        event.team_id,
-        event.event_type,
-        event.actor_id,
-        event.object_id,
-        event.payload,
-    ]);
-    write_canonical(&fields, &mut canonical);
-    Sha256::digest(canonical.as_bytes()).into()
-}
-
-fn write_canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, value)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
 }
 
 #[cfg(test)]
@@ -323,16 +268,24 @@ mod tests {
         serde_json::from_str(text).expect("test JSON")
     }
 
+    fn fingerprint_of(e: EventIn) -> [u8; 32] {
+        parse_event(e, None)
+            .expect("valid")
+            .idempotency
+            .expect("the example has a key")
+            .1
+    }
+
     #[test]
     fn fingerprint_ignores_key_order_but_not_content() {
         let a = json(r#"{"a": 1, "b": {"x": [1, 2], "y": null}}"#);
         let b = json(r#"{"b": {"y": null, "x": [1, 2]}, "a": 1}"#);
         let c = json(r#"{"b": {"y": null, "x": [2, 1]}, "a": 1}"#);
-        assert_eq!(fingerprint(&event(a.clone())), fingerprint(&event(b)));
-        assert_ne!(fingerprint(&event(a.clone())), fingerprint(&event(c)));
+        assert_eq!(fingerprint_of(event(a.clone())), fingerprint_of(event(b)));
+        assert_ne!(fingerprint_of(event(a.clone())), fingerprint_of(event(c)));
         let mut other_team = event(a.clone());
         other_team.team_id = "other".into();
-        assert_ne!(fingerprint(&event(a)), fingerprint(&other_team));
+        assert_ne!(fingerprint_of(event(a)), fingerprint_of(other_team));
     }
 
     #[test]
@@ -341,16 +294,37 @@ mod tests {
         absent.actor_id = None;
         let mut named_null = absent.clone();
         named_null.actor_id = Some("null".into());
-        assert_ne!(fingerprint(&absent), fingerprint(&named_null));
+        assert_ne!(fingerprint_of(absent), fingerprint_of(named_null));
+    }
+
+    /// The fingerprint stored for an event before `crate::idempotency`
+    /// existed, computed by the function it replaced: a retry across the
+    /// upgrade must replay, not fail with 422.
+    #[test]
+    fn an_event_fingerprint_is_the_one_stored_before() {
+        let e = EventIn {
+            team_id: "design".into(),
+            event_type: "comment.created".into(),
+            actor_id: Some("alice".into()),
+            object_id: None,
+            payload: json(r#"{"z": [1, 2.5, {"b": null, "a": "é\"\n"}], "a": true, "m": -3}"#),
+            idempotency_key: Some("k".into()),
+        };
+        assert_eq!(
+            hex::encode(fingerprint_of(e)),
+            "3a7e7d67e467353ea8039f8677b0a89900c54455517f30795e3e655b92d33653"
+        );
     }
 
     #[test]
-    fn payloads_must_be_small_objects() {
-        assert!(parse_event(event(serde_json::json!([1])), None).is_err());
-        assert!(parse_event(event(serde_json::json!("text")), None).is_err());
-        let big = "x".repeat(MAX_PAYLOAD_BYTES);
-        assert!(parse_event(event(serde_json::json!({ "t": big })), None).is_err());
-        let fits = "x".repeat(MAX_PAYLOAD_BYTES - r#"{"t":""}"#.len());
-        assert!(parse_event(event(serde_json::json!({ "t": fits })), None).is_ok());
+    fn problems_name_the_event_of_a_batch_and_the_field() {
+        let mut bad = event(serde_json::json!([1]));
+        let err = parse_event(bad.clone(), Some(3)).unwrap_err();
+        assert_eq!(err.code(), "invalid_payload");
+        assert_eq!(err.to_string(), "events[3].payload must be a JSON object");
+        bad.team_id = String::new();
+        let err = parse_event(bad, None).unwrap_err();
+        assert_eq!(err.code(), "invalid_id");
+        assert_eq!(err.to_string(), "team_id: team_id must not be empty");
     }
 }

@@ -8,26 +8,20 @@ use poem_openapi::{
     payload::Json,
     Enum, Object, OpenApi,
 };
-use tidings_core::{classify, Position, ReadSet, Watermarks};
+use tidings_core::{ItemState, Position};
 
 use super::ApiTags;
 use crate::{
     auth::{UserCtx, UserTokenAuth},
     error::{ApiError, ApiResult},
+    feed::{self, Badges, FeedError, FeedItem, FeedStatus, Mark, PageFrom, Source},
+    paging,
     state::AppState,
-    store::{
-        self,
-        feed::{Badges, FeedItem, FeedStatus, ItemReadError, Mark, PageFrom, Source},
-        teams::Membership,
-    },
 };
 
 pub struct FeedApi {
     pub state: AppState,
 }
-
-const DEFAULT_LIMIT: u32 = 20;
-const MAX_LIMIT: u32 = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 #[oai(rename_all = "lowercase")]
@@ -217,13 +211,7 @@ impl FeedApi {
         /// Items newer than this cursor (`head` of the previous answer).
         after: Query<Option<String>>,
     ) -> ApiResult<Json<FeedOut>> {
-        let limit = limit.0.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(ApiError::bad_request(
-                "invalid_limit",
-                format!("limit must be 1..={MAX_LIMIT}"),
-            ));
-        }
+        let limit = paging::limit(limit.0, feed::DEFAULT_LIMIT, feed::MAX_LIMIT)?;
         let from = match (before.0.as_deref(), after.0.as_deref()) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::bad_request(
@@ -236,41 +224,17 @@ impl FeedApi {
             (None, None) => PageFrom::Before(None),
         };
         let user = auth.0;
-        let teams = self.teams_of(&user).await?;
-        let page = store::feed::read_feed(
-            &self.state.pool,
-            user.tenant_id,
-            &user.user_id,
-            &teams,
-            from,
-            limit,
-        )
-        .await?;
-
-        let individually_read = ReadSet::try_from(
-            page.items
-                .iter()
-                .filter(|i| i.individually_read)
-                .map(|i| i.position)
-                .collect::<Vec<_>>(),
-        )
-        .map_err(|err| ApiError::Internal(err.into()))?;
-        let head = match from {
-            PageFrom::After(_) => page.items.first().map(|i| i.position).or(page.head),
-            PageFrom::Before(_) => page.head,
-        };
-        let next_before = match from {
-            PageFrom::Before(_) if page.more => page.items.last().map(|i| i.position.to_cursor()),
-            _ => None,
-        };
+        let page = feed::read_page(&self.state, user.tenant_id, &user.user_id, from, limit)
+            .await
+            .map_err(feed_problem)?;
         Ok(Json(FeedOut {
             items: page
                 .items
                 .into_iter()
-                .map(|item| item_out(item, &page.marks, &individually_read))
+                .map(|(item, state)| item_out(item, state))
                 .collect(),
-            next_before,
-            head: head.map(|p| p.to_cursor()),
+            next_before: page.next_before.map(|p| p.to_cursor()),
+            head: page.head.map(|p| p.to_cursor()),
             unread_count: page.badges.unread,
             unseen_count: page.badges.unseen,
             counts_capped: page.badges.capped,
@@ -281,10 +245,9 @@ impl FeedApi {
     #[oai(path = "/v1/feed/counts", method = "get", operation_id = "feed.counts")]
     async fn counts(&self, auth: UserTokenAuth) -> ApiResult<Json<CountsOut>> {
         let user = auth.0;
-        let teams = self.teams_of(&user).await?;
-        let status =
-            store::feed::read_status(&self.state.pool, user.tenant_id, &user.user_id, &teams)
-                .await?;
+        let status = feed::status(&self.state, user.tenant_id, &user.user_id)
+            .await
+            .map_err(feed_problem)?;
         Ok(Json(CountsOut {
             unread: status.badges.unread,
             unseen: status.badges.unseen,
@@ -347,36 +310,14 @@ impl FeedApi {
         id: Path<i64>,
     ) -> ApiResult<Json<WatermarksOut>> {
         let user = auth.0;
-        let teams = self.teams_of(&user).await?;
-        let pool = &self.state.pool;
-        let not_found =
-            || ApiError::not_found("item_not_found", format!("no item {} in this feed", id.0));
-        let position = store::feed::find_item(pool, user.tenant_id, &user.user_id, &teams, id.0)
-            .await?
-            .ok_or_else(not_found)?;
-        store::feed::mark_item_read(pool, user.tenant_id, &user.user_id, position)
+        let status = feed::mark_item_read(&self.state, user.tenant_id, &user.user_id, id.0)
             .await
-            .map_err(|err| match err {
-                ItemReadError::Full(full) => {
-                    ApiError::unprocessable("too_many_individual_reads", full.to_string())
-                }
-                ItemReadError::Db(db) => db.into(),
-            })?;
-        let status = store::feed::read_status(pool, user.tenant_id, &user.user_id, &teams).await?;
+            .map_err(feed_problem)?;
         Ok(Json(watermarks_out(status)))
     }
 }
 
 impl FeedApi {
-    async fn teams_of(&self, user: &UserCtx) -> ApiResult<std::sync::Arc<[Membership]>> {
-        Ok(self
-            .state
-            .caches
-            .memberships
-            .get(&self.state.pool, user.tenant_id, &user.user_id)
-            .await?)
-    }
-
     async fn mark(
         &self,
         user: UserCtx,
@@ -388,22 +329,24 @@ impl FeedApi {
             .as_deref()
             .map(Position::from_cursor)
             .transpose()?;
-        let teams = self.teams_of(&user).await?;
-        let status = store::feed::mark_up_to(
-            &self.state.pool,
-            user.tenant_id,
-            &user.user_id,
-            &teams,
-            mark,
-            proposed,
-        )
-        .await?;
+        let status = feed::mark_up_to(&self.state, user.tenant_id, &user.user_id, mark, proposed)
+            .await
+            .map_err(feed_problem)?;
         Ok(Json(watermarks_out(status)))
     }
 }
 
-fn item_out(item: FeedItem, marks: &Watermarks, individually_read: &ReadSet) -> FeedItemOut {
-    let state = classify(item.position, marks, individually_read);
+fn feed_problem(err: FeedError) -> ApiError {
+    match err {
+        FeedError::ItemNotFound(_) => ApiError::not_found("item_not_found", err.to_string()),
+        FeedError::TooManyIndividualReads(full) => {
+            ApiError::unprocessable("too_many_individual_reads", full.to_string())
+        }
+        FeedError::Db(db) => db.into(),
+    }
+}
+
+fn item_out(item: FeedItem, state: ItemState) -> FeedItemOut {
     FeedItemOut {
         id: item.position.id,
         cursor: item.position.to_cursor(),

@@ -15,7 +15,8 @@ pub mod users;
 pub mod webhook_endpoints;
 
 use poem::{Endpoint, EndpointExt, Route};
-use poem_openapi::{OpenApiService, Tags};
+use poem_openapi::{Enum, OpenApiService, Tags};
+use tidings_core::Channel;
 
 use crate::{error::problem_from_poem_error, state::AppState};
 
@@ -44,6 +45,37 @@ pub enum ApiTags {
 }
 
 pub const TITLE: &str = "Tidings";
+
+// The core's `Channel` in the API schema (the core cannot derive poem's
+// traits: it depends on nothing of the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, serde::Serialize, serde::Deserialize)]
+#[oai(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelName {
+    InApp,
+    Email,
+    Webhook,
+}
+
+impl From<ChannelName> for Channel {
+    fn from(c: ChannelName) -> Self {
+        match c {
+            ChannelName::InApp => Channel::InApp,
+            ChannelName::Email => Channel::Email,
+            ChannelName::Webhook => Channel::Webhook,
+        }
+    }
+}
+
+impl From<Channel> for ChannelName {
+    fn from(c: Channel) -> Self {
+        match c {
+            Channel::InApp => ChannelName::InApp,
+            Channel::Email => ChannelName::Email,
+            Channel::Webhook => ChannelName::Webhook,
+        }
+    }
+}
 
 fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
     (

@@ -2,7 +2,6 @@
 //! position is after the membership's own; removing a member hides the team's
 //! events from their feed and badges at once, on every instance.
 
-use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use chrono::{DateTime, Utc};
 use poem_openapi::{
     param::{Path, Query},
@@ -11,11 +10,14 @@ use poem_openapi::{
 };
 
 use super::ApiTags;
+use tidings_core::{TeamId, UserId};
+
 use crate::{
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
+    paging::PageRequest,
     state::AppState,
-    store::{self, teams::MemberRow},
+    teams::{self, MemberRow},
 };
 
 pub struct TeamsApi {
@@ -49,8 +51,8 @@ impl From<MemberRow> for MemberOut {
     fn from(row: MemberRow) -> Self {
         MemberOut {
             joined_cursor: row.joined().to_cursor(),
-            team_id: row.team_id,
-            user_id: row.user_id,
+            team_id: row.team_id.into_string(),
+            user_id: row.user_id.into_string(),
             created_at: row.created_at,
         }
     }
@@ -60,7 +62,8 @@ impl From<MemberRow> for MemberOut {
 #[derive(Debug, Object)]
 pub struct MemberPage {
     pub members: Vec<MemberOut>,
-    /// Pass as `cursor` for the next page; null on the last page.
+    /// Pass as `cursor` for the next page; null on the last page (a page has
+    /// a cursor exactly when more members follow).
     pub next_cursor: Option<String>,
 }
 
@@ -80,9 +83,6 @@ pub enum DeleteMemberResponse {
     #[oai(status = 204)]
     Removed,
 }
-
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 100;
 
 #[OpenApi(tag = "ApiTags::Teams")]
 impl TeamsApi {
@@ -105,18 +105,9 @@ impl TeamsApi {
         team_id: Path<String>,
         user_id: Path<String>,
     ) -> ApiResult<PutMemberResponse> {
-        tidings_core::validate_id("team_id", &team_id)?;
-        tidings_core::validate_id("user_id", &user_id)?;
-        let tenant_id = auth.0.tenant_id;
-        let (row, created) =
-            store::teams::add_member(&self.state.pool, tenant_id, &team_id, &user_id).await?;
-        // This instance hears its own NOTIFY too; dropping the entry now makes
-        // the change visible here without waiting for that round trip.
-        self.state
-            .caches
-            .memberships
-            .invalidate(tenant_id, &user_id)
-            .await;
+        let team = TeamId::parse(team_id.0)?;
+        let user = UserId::parse(user_id.0)?;
+        let (row, created) = teams::add_member(&self.state, auth.0.tenant_id, &team, &user).await?;
         Ok(if created {
             PutMemberResponse::Created(Json(row.into()))
         } else {
@@ -140,22 +131,18 @@ impl TeamsApi {
         team_id: Path<String>,
         user_id: Path<String>,
     ) -> ApiResult<DeleteMemberResponse> {
-        tidings_core::validate_id("team_id", &team_id)?;
-        tidings_core::validate_id("user_id", &user_id)?;
-        let tenant_id = auth.0.tenant_id;
-        let removed =
-            store::teams::remove_member(&self.state.pool, tenant_id, &team_id, &user_id).await?;
-        self.state
-            .caches
-            .memberships
-            .invalidate(tenant_id, &user_id)
-            .await;
-        if removed {
+        let team = TeamId::parse(team_id.0)?;
+        let user = UserId::parse(user_id.0)?;
+        if teams::remove_member(&self.state, auth.0.tenant_id, &team, &user).await? {
             Ok(DeleteMemberResponse::Removed)
         } else {
             Err(ApiError::not_found(
                 "membership_not_found",
-                format!("{:?} is not a member of team {:?}", &*user_id, &*team_id),
+                format!(
+                    "{:?} is not a member of team {:?}",
+                    user.as_str(),
+                    team.as_str()
+                ),
             ))
         }
     }
@@ -172,45 +159,21 @@ impl TeamsApi {
         team_id: Path<String>,
         /// Page size, 1–100 (default 50).
         limit: Query<Option<u32>>,
-        /// `next_cursor` of the previous page.
+        /// `next_cursor` of the previous page (opaque).
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<MemberPage>> {
-        tidings_core::validate_id("team_id", &team_id)?;
-        let limit = limit.0.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(ApiError::bad_request(
-                "invalid_limit",
-                format!("limit must be 1..={MAX_LIMIT}"),
-            ));
-        }
-        let after_user = cursor.0.as_deref().map(decode_member_cursor).transpose()?;
-        let mut rows = store::teams::list_members(
-            &self.state.pool,
-            auth.0.tenant_id,
-            &team_id,
-            after_user.as_deref(),
-            i64::from(limit) + 1,
-        )
-        .await?;
-        let next_cursor = if rows.len() > limit as usize {
-            rows.truncate(limit as usize);
-            rows.last().map(|r| URL_SAFE_NO_PAD.encode(&r.user_id))
-        } else {
-            None
-        };
+        let team = TeamId::parse(team_id.0)?;
+        let page = PageRequest::parse(
+            cursor.0.as_deref(),
+            limit.0,
+            teams::DEFAULT_LIMIT,
+            teams::MAX_LIMIT,
+        )?;
+        let page = teams::list_members(&self.state, auth.0.tenant_id, &team, &page).await?;
+        let page = page.map(MemberOut::from);
         Ok(Json(MemberPage {
-            members: rows.into_iter().map(MemberOut::from).collect(),
-            next_cursor,
+            members: page.items,
+            next_cursor: page.next_cursor,
         }))
     }
-}
-
-/// A member cursor is the last user id of the previous page, base64url-encoded
-/// so any id survives a query string.
-fn decode_member_cursor(cursor: &str) -> Result<String, ApiError> {
-    let invalid = || ApiError::bad_request("invalid_cursor", "not a member list cursor");
-    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
-    let user_id = String::from_utf8(bytes).map_err(|_| invalid())?;
-    tidings_core::validate_id("cursor", &user_id).map_err(|_| invalid())?;
-    Ok(user_id)
 }

@@ -2,10 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
+use tidings_core::UserId;
 
 use super::ApiTags;
 use crate::{
-    auth::{self, ApiKeyAuth},
+    auth::ApiKeyAuth,
+    credentials,
     error::{ApiError, ApiResult},
     state::AppState,
     store,
@@ -55,8 +57,12 @@ impl UserTokensApi {
         auth: ApiKeyAuth,
         body: Json<UserTokenIn>,
     ) -> ApiResult<UserTokenCreated> {
-        tidings_core::validate_id("user_id", &body.user_id)?;
-        let ttl = body.ttl_seconds.unwrap_or(3600);
+        let UserTokenIn {
+            user_id,
+            ttl_seconds,
+        } = body.0;
+        let user = UserId::parse(user_id)?;
+        let ttl = ttl_seconds.unwrap_or(3600);
         if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
             return Err(ApiError::bad_request(
                 "invalid_ttl",
@@ -69,10 +75,10 @@ impl UserTokensApi {
             .ok_or_else(|| ApiError::unauthorized("tenant no longer exists"))?;
         let expires_at = Utc::now() + chrono::Duration::seconds(i64::from(ttl));
         let token =
-            auth::mint_user_token(&secret, tenant_id, &body.user_id, expires_at.timestamp())?;
+            credentials::mint_user_token(&secret, tenant_id, &user, expires_at.timestamp())?;
         Ok(UserTokenCreated::Created(Json(UserTokenOut {
             token,
-            user_id: body.0.user_id,
+            user_id: user.into_string(),
             expires_at,
         })))
     }

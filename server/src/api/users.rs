@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{param::Path, payload::Json, ApiResponse, Object, OpenApi};
+use tidings_core::UserId;
 
 use super::ApiTags;
 use crate::{
@@ -100,7 +101,7 @@ impl UsersApi {
         user_id: Path<String>,
         body: Json<UserIn>,
     ) -> ApiResult<UserResponse> {
-        tidings_core::validate_id("user_id", &user_id)?;
+        let user = UserId::parse(user_id.0)?;
         if let Some(email) = &body.email {
             validate_email(email)?;
         }
@@ -115,7 +116,7 @@ impl UsersApi {
         let row = users::upsert_user(
             &self.state.pool,
             auth.0.tenant_id,
-            &user_id,
+            &user,
             body.email.as_deref(),
             body.display_name.as_deref(),
         )
@@ -130,8 +131,8 @@ impl UsersApi {
         operation_id = "users.get"
     )]
     async fn get(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserResponse> {
-        tidings_core::validate_id("user_id", &user_id)?;
-        let row = users::get_user(&self.state.pool, auth.0.tenant_id, &user_id)
+        let user = UserId::parse(user_id.0)?;
+        let row = users::get_user(&self.state.pool, auth.0.tenant_id, &user)
             .await?
             .ok_or_else(|| ApiError::not_found("user_not_found", "no such user"))?;
         Ok(UserResponse::Ok(Json(row.into())))
@@ -144,8 +145,8 @@ impl UsersApi {
         operation_id = "users.delete"
     )]
     async fn delete(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserDeleted> {
-        tidings_core::validate_id("user_id", &user_id)?;
-        if users::delete_user(&self.state.pool, auth.0.tenant_id, &user_id).await? {
+        let user = UserId::parse(user_id.0)?;
+        if users::delete_user(&self.state.pool, auth.0.tenant_id, &user).await? {
             Ok(UserDeleted::Deleted)
         } else {
             Err(ApiError::not_found("user_not_found", "no such user"))

@@ -4,6 +4,7 @@ use base64::{engine::general_purpose::STANDARD, Engine};
 use chrono::{DateTime, Utc};
 use poem_openapi::{param::Path, payload::Json, ApiResponse, Object, OpenApi};
 use rand::RngCore;
+use tidings_core::EventType;
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -150,7 +151,7 @@ fn validate_event_types(types: &Option<Vec<String>>) -> ApiResult<Option<Vec<Str
     }
     let mut unique: Vec<String> = Vec::with_capacity(types.len());
     for t in types {
-        tidings_core::validate_id("event_types[]", t).map_err(|e| invalid(e.to_string()))?;
+        EventType::parse_as("event_types[]", t.as_str()).map_err(|e| invalid(e.to_string()))?;
         if !unique.contains(t) {
             unique.push(t.clone());
         }
@@ -242,8 +243,7 @@ impl WebhookEndpointsApi {
         operation_id = "webhook-endpoints.rotate-secret"
     )]
     async fn rotate_secret(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointRotated> {
-        let grace =
-            std::time::Duration::from_secs(self.state.settings.alerts.webhook_rotation_grace_secs);
+        let grace = self.state.settings.alerts.webhook_rotation_grace();
         let row = store::rotate_endpoint_secret(
             &self.state.pool,
             auth.0.tenant_id,

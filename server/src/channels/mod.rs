@@ -5,6 +5,8 @@ pub mod email;
 pub mod ssrf;
 pub mod webhook;
 
+use tidings_core::Channel;
+
 use crate::store::outbox::ClaimedDelivery;
 
 /// What a send attempt achieved.
@@ -47,18 +49,18 @@ pub struct Channels {
 
 impl Channels {
     /// The channels this process claims deliveries of.
-    pub fn claimable(&self) -> Vec<&'static str> {
-        let mut channels = vec!["webhook", "in_app"];
+    pub fn claimable(&self) -> Vec<Channel> {
+        let mut channels = vec![Channel::Webhook, Channel::InApp];
         if self.email.is_some() {
-            channels.push("email");
+            channels.push(Channel::Email);
         }
         channels
     }
 
     pub async fn deliver(&self, delivery: &ClaimedDelivery) -> Outcome {
-        match delivery.channel.as_str() {
-            "webhook" => self.webhook.send(delivery).await,
-            "email" => match &self.email {
+        match delivery.channel {
+            Channel::Webhook => self.webhook.send(delivery).await,
+            Channel::Email => match &self.email {
                 Some(email) => email.send(delivery).await,
                 None => Outcome::transient(
                     "no SMTP server configured on this worker (TIDINGS_SMTP_URL)",
@@ -66,8 +68,7 @@ impl Channels {
             },
             // In-app alerts are delivered by being written (the feed reads
             // them); one that reaches the outbox anyway has nothing left to do.
-            "in_app" => Outcome::Sent,
-            other => Outcome::permanent(format!("unknown channel {other:?}")),
+            Channel::InApp => Outcome::Sent,
         }
     }
 }

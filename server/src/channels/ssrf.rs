@@ -13,21 +13,7 @@ use std::{
     sync::Arc,
 };
 
-use clap::ValueEnum;
-
-/// What besides public unicast addresses a webhook may target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Default)]
-pub enum AllowPrivate {
-    /// Public addresses only (production default).
-    #[default]
-    None,
-    /// Also this machine (127.0.0.0/8, ::1): tests and single-host setups.
-    Loopback,
-    /// Also private networks: RFC 1918, CGNAT 100.64/10, unique-local fc00::/7.
-    Private,
-    /// Anything, link-local and metadata addresses included.
-    All,
-}
+pub use crate::config::AllowPrivate;
 
 /// The class of an address, from the guard's point of view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,9 @@
-//! The outbox workers (DESIGN.md invariant 6).
+//! The outbox workers (ARCHITECTURE.md, invariant 6).
 //!
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
 //! record the results in one statement guarded by the attempt number, repeat.
-//! Loops wake on `NOTIFY tidings_outbox`, poll as a fallback, and claim again
+//! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
 //!
@@ -14,6 +14,9 @@
 //!
 //! **Architecture invariant:** no transaction and no row lock is held while a
 //! message is on the network.
+//!
+//! The settings, their defaults and why they are what they are:
+//! [`OutboxConfig`](crate::config::OutboxConfig).
 
 use std::{
     sync::Arc,
@@ -22,125 +25,24 @@ use std::{
 
 use futures::StreamExt;
 use sqlx::PgPool;
-use tidings_core::{NextAttempt, RetrySchedule};
+use tidings_core::NextAttempt;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
-    channels::{email::EmailSender, ssrf::AllowPrivate, webhook::WebhookSender, Channels, Outcome},
-    config::WorkerArgs,
+    backoff::Backoff,
+    channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
+    config::OutboxConfig,
+    listen,
     shutdown::Shutdown,
     state::AppState,
+    store::notify::NotifyChannel,
 };
 
-/// The NOTIFY channel the write path signals after committing deliveries.
-pub const NOTIFY_CHANNEL: &str = "tidings_outbox";
-
-/// Validated worker settings.
-///
-/// Defaults and why:
-/// - **batch 100**: one claim and one completion statement per 100 deliveries
-///   keeps database round trips far below the network time of the sends,
-///   while a crashed worker strands at most 100 deliveries for one lease.
-/// - **concurrency 50**: a batch goes out in two waves, so even when every
-///   receiver hangs until the timeout a batch takes about 2 × 10 s.
-/// - **delivery timeout 10 s**: receivers are expected to acknowledge and work
-///   asynchronously (Standard Webhooks' advice); a slower one is retried.
-/// - **lease 60 s**: must exceed the time a batch can take (2 × 10 s) with a
-///   wide margin, or live deliveries would be claimed twice; and a crash
-///   delays its batch by only a minute. A delivery whose batch has used so
-///   much of the lease that it could not finish in time is not started but
-///   released (see [`OutboxConfig::start_deadline`]), so a slow batch never
-///   turns into duplicates.
-/// - **retry schedule**: the core's default — 10 attempts, 5 s × 4ⁿ capped at
-///   1 h, 20 % jitter: dead about 4.5 h after the first failure (see
-///   `tidings_core::retry`).
-#[derive(Debug, Clone)]
-pub struct OutboxConfig {
-    pub loops: usize,
-    pub batch: u32,
-    pub concurrency: usize,
-    pub lease: Duration,
-    pub poll: Duration,
-    pub delivery_timeout: Duration,
-    pub allow_private: AllowPrivate,
-    pub smtp_url: Option<String>,
-    pub email_from: String,
-    pub retry: RetrySchedule,
-}
-
-impl Default for OutboxConfig {
-    fn default() -> Self {
-        OutboxConfig {
-            loops: 1,
-            batch: 100,
-            concurrency: 50,
-            lease: Duration::from_secs(60),
-            poll: Duration::from_secs(1),
-            delivery_timeout: Duration::from_secs(10),
-            allow_private: AllowPrivate::None,
-            smtp_url: None,
-            email_from: "Tidings <notifications@localhost>".into(),
-            retry: RetrySchedule::default(),
-        }
-    }
-}
-
 impl OutboxConfig {
-    pub fn from_args(args: &WorkerArgs) -> anyhow::Result<Self> {
-        let core = RetrySchedule::default();
-        let retry = RetrySchedule {
-            base_ms: args.retry_base_ms.unwrap_or(core.base_ms),
-            factor: args.retry_factor.unwrap_or(core.factor),
-            max_delay_ms: args.retry_max_delay_ms.unwrap_or(core.max_delay_ms),
-            max_attempts: args.retry_max_attempts.unwrap_or(core.max_attempts),
-            jitter: args.retry_jitter.unwrap_or(core.jitter),
-        };
-        anyhow::ensure!(
-            args.outbox_batch >= 1,
-            "TIDINGS_OUTBOX_BATCH must be at least 1"
-        );
-        anyhow::ensure!(
-            args.worker_concurrency >= 1,
-            "TIDINGS_WORKER_CONCURRENCY must be at least 1"
-        );
-        anyhow::ensure!(
-            retry.max_attempts >= 1,
-            "TIDINGS_RETRY_MAX_ATTEMPTS must be at least 1"
-        );
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&retry.jitter),
-            "TIDINGS_RETRY_JITTER must be within [0, 1]"
-        );
-        anyhow::ensure!(
-            args.outbox_lease_secs.is_finite() && args.outbox_lease_secs > 0.0,
-            "TIDINGS_OUTBOX_LEASE_SECS must be positive"
-        );
-        let lease = Duration::from_secs_f64(args.outbox_lease_secs);
-        let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms.max(1));
-        // A lease shorter than two timeouts leaves no room to send and record.
-        anyhow::ensure!(
-            lease >= delivery_timeout * 2,
-            "TIDINGS_OUTBOX_LEASE_SECS ({lease:?}) must be at least twice TIDINGS_DELIVERY_TIMEOUT_MS ({delivery_timeout:?})"
-        );
-        let config = OutboxConfig {
-            loops: args.outbox_workers,
-            batch: args.outbox_batch,
-            concurrency: args.worker_concurrency,
-            lease,
-            poll: Duration::from_millis(args.outbox_poll_ms.max(10)),
-            delivery_timeout,
-            allow_private: args.webhook_allow_private,
-            smtp_url: args.smtp_url.clone().filter(|u| !u.is_empty()),
-            email_from: args.email_from.clone(),
-            retry,
-        };
-        // Fail at start-up, not at the first email.
-        config.channels()?;
-        Ok(config)
-    }
-
-    fn channels(&self) -> anyhow::Result<Channels> {
+    /// The senders these settings describe; an unusable SMTP URL or From
+    /// address is an error here, at start-up, not at the first email.
+    pub fn channels(&self) -> anyhow::Result<Channels> {
         Ok(Channels {
             webhook: WebhookSender::new(self.allow_private, self.delivery_timeout)?,
             email: match &self.smtp_url {
@@ -184,12 +86,11 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             "no TIDINGS_SMTP_URL: this process leaves email deliveries to workers that have one"
         );
     }
-    let (wake_tx, wake_rx) = watch::channel(0u64);
-    let mut handles = vec![tokio::spawn(listen(
-        state.pool.clone(),
-        wake_tx,
-        shutdown.clone(),
-    ))];
+    // Woken on every notification, and after every reconnect (a notification
+    // sent while disconnected is lost; the wake-up makes up for it).
+    let (waker, wake_rx) =
+        listen::spawn_waker(state.pool.clone(), NotifyChannel::Outbox, shutdown.clone());
+    let mut handles = vec![waker];
     for n in 0..config.loops {
         let worker = Worker {
             pool: state.pool.clone(),
@@ -214,64 +115,16 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     handles
 }
 
-/// Bumps `wake` on every notification, and after every reconnect (a
-/// notification sent while disconnected is lost; the bump makes up for it).
-async fn listen(pool: PgPool, wake: watch::Sender<u64>, mut shutdown: Shutdown) {
-    let mut backoff = Backoff::new();
-    'connect: loop {
-        let listener = async {
-            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-            listener.listen(NOTIFY_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let mut listener = tokio::select! {
-            _ = shutdown.wait() => return,
-            result = listener => match result {
-                Ok(listener) => listener,
-                Err(err) => {
-                    tracing::warn!(error = %err, "LISTEN failed; polling until it works again");
-                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
-                        return;
-                    }
-                    continue 'connect;
-                }
-            },
-        };
-        backoff.reset();
-        wake.send_modify(|n| *n = n.wrapping_add(1));
-        loop {
-            tokio::select! {
-                _ = shutdown.wait() => return,
-                received = listener.try_recv() => match received {
-                    Ok(Some(_)) => wake.send_modify(|n| *n = n.wrapping_add(1)),
-                    // The connection was lost; the next try_recv reconnects.
-                    Ok(None) => {
-                        tracing::info!("LISTEN connection lost; reconnecting");
-                        wake.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, "LISTEN failed; reconnecting");
-                        if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
-                            return;
-                        }
-                        continue 'connect;
-                    }
-                },
-            }
-        }
-    }
-}
-
 struct Worker {
     pool: PgPool,
     config: OutboxConfig,
     channels: Arc<Channels>,
-    claimable: Vec<&'static str>,
+    claimable: Vec<tidings_core::Channel>,
 }
 
 impl Worker {
     async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
         while !shutdown.is_requested() {
             // Notifications from now on wake the wait below, even those that
@@ -289,7 +142,7 @@ impl Worker {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming deliveries failed; backing off");
-                    if sleep_or_shutdown(backoff.next(), &mut shutdown).await {
+                    if shutdown.sleep(backoff.next_pause()).await {
                         break;
                     }
                     continue;
@@ -387,7 +240,7 @@ impl Worker {
         shutdown: &Shutdown,
     ) {
         let lease_end = claimed_at + self.config.lease;
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         let mut shutdown_deadline: Option<Instant> = None;
         loop {
             match store::complete_deliveries(&self.pool, &results).await {
@@ -415,42 +268,10 @@ impl Worker {
                         return;
                     }
                     tracing::warn!(error = %err, "recording delivery results failed; retrying");
-                    tokio::time::sleep(backoff.next()).await;
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
         }
-    }
-}
-
-/// 250 ms, doubling, at most 5 s.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(5);
-
-    fn new() -> Self {
-        Backoff { next: Self::FIRST }
-    }
-
-    fn next(&mut self) -> Duration {
-        let current = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        current
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
-/// True when shutdown was requested during the sleep.
-async fn sleep_or_shutdown(duration: Duration, shutdown: &mut Shutdown) -> bool {
-    tokio::select! {
-        _ = shutdown.wait() => true,
-        _ = tokio::time::sleep(duration) => false,
     }
 }
 
@@ -469,6 +290,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
         .as_deref()
         .context("`tidings worker` needs DATABASE_URL (or --database-url): it does not start a PostgreSQL of its own")?;
     let outbox = OutboxConfig::from_args(&args.worker)?;
+    outbox.channels()?;
     anyhow::ensure!(
         outbox.loops >= 1,
         "TIDINGS_OUTBOX_WORKERS is 0: this worker would do nothing"

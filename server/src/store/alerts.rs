@@ -1,16 +1,19 @@
-//! Alerts, notifications, deliveries (the write side of the outbox), in-app
-//! inbox items, team expansion jobs, and the operators' delivery queries.
+//! Alerts, their notifications (one per key, ARCHITECTURE.md, invariant 4),
+//! in-app inbox items and team expansion jobs. Deliveries: `store::deliveries`.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
+use super::notify::{notify, NotifyChannel};
+
 /// Serialises fan-outs of one (tenant, event type, entity) — an optimisation
-/// only (DESIGN invariant 7): the unique key of `notifications` is the
+/// only (ARCHITECTURE.md, invariant 7): the unique key of `notifications` is the
 /// guarantee. A loser of the try does not skip its work: it waits for the
 /// winner's transaction to end, then inserts, and ON CONFLICT sorts out what the
 /// winner committed (or, if the winner rolled back, the loser writes it all).
-/// Returns true when it had to wait.
+/// Returns true when it had to wait. Two statements: the caller's
+/// transaction's connection.
 pub async fn lock_alert_entity(conn: &mut PgConnection, lock_key: i64) -> sqlx::Result<bool> {
     let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(lock_key)
@@ -31,14 +34,14 @@ pub struct NotificationColumns {
     pub keys: Vec<String>,
     pub readable_keys: Vec<String>,
     pub recipients: Vec<String>,
-    pub channels: Vec<String>,
+    pub channels: Vec<&'static str>,
 }
 
 /// Inserts every notification in one statement and returns the keys that are
 /// new. A key missing from the result already existed: a duplicate, never an
 /// error (invariant 4).
 pub async fn insert_notifications(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     event_type: &str,
@@ -61,71 +64,8 @@ pub async fn insert_notifications(
     .bind(&rows.readable_keys)
     .bind(&rows.recipients)
     .bind(&rows.channels)
-    .fetch_all(conn)
+    .fetch_all(db)
     .await
-}
-
-/// Column-wise rows for `insert_deliveries`.
-#[derive(Debug, Default)]
-pub struct DeliveryColumns {
-    pub keys: Vec<String>,
-    pub recipients: Vec<String>,
-    pub channels: Vec<String>,
-    pub endpoint_ids: Vec<Option<Uuid>>,
-    pub statuses: Vec<&'static str>,
-    pub errors: Vec<Option<String>>,
-}
-
-impl DeliveryColumns {
-    pub fn push(
-        &mut self,
-        key: &str,
-        recipient: &str,
-        channel: &str,
-        endpoint: Option<Uuid>,
-        status: &'static str,
-        error: Option<String>,
-    ) {
-        self.keys.push(key.to_owned());
-        self.recipients.push(recipient.to_owned());
-        self.channels.push(channel.to_owned());
-        self.endpoint_ids.push(endpoint);
-        self.statuses.push(status);
-        self.errors.push(error);
-    }
-}
-
-/// Outbox entries, written in the alert's transaction (invariant 6). `sent`
-/// rows (in-app, delivered by this very transaction) get their `sent_at`.
-pub async fn insert_deliveries(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    alert_id: Uuid,
-    rows: &DeliveryColumns,
-) -> sqlx::Result<u64> {
-    if rows.keys.is_empty() {
-        return Ok(0);
-    }
-    let done = sqlx::query(
-        "INSERT INTO deliveries
-             (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
-              last_error, sent_at)
-         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
-           FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
-                AS t(k, r, c, e, s, err)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(tenant)
-    .bind(alert_id)
-    .bind(&rows.keys)
-    .bind(&rows.recipients)
-    .bind(&rows.channels)
-    .bind(&rows.endpoint_ids)
-    .bind(&rows.statuses)
-    .bind(&rows.errors)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
 }
 
 /// The fields every in-app item of one alert shares.
@@ -140,7 +80,7 @@ pub struct InboxItemCommon<'a> {
 /// In-app alerts as feed items; `id` and `tx` take their defaults (the feed's
 /// position scheme, invariant 2).
 pub async fn insert_inbox_items(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     common: &InboxItemCommon<'_>,
     recipients: &[String],
@@ -164,27 +104,14 @@ pub async fn insert_inbox_items(
     .bind(common.payload)
     .bind(recipients)
     .bind(keys)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }
 
-/// Wakes the outbox workers when the surrounding transaction commits.
-pub async fn notify_outbox(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify('tidings_outbox', $1)")
-        .bind(tenant.to_string())
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// Wakes the team expansion workers when the surrounding transaction commits.
-pub async fn notify_expansion(conn: &mut PgConnection, tenant: Uuid) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify('tidings_expansion', $1)")
-        .bind(tenant.to_string())
-        .execute(conn)
-        .await?;
-    Ok(())
+pub async fn notify_expansion(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
+    notify(db, NotifyChannel::Expansion, &tenant.to_string()).await
 }
 
 pub struct NewAlertRow<'a> {
@@ -193,12 +120,12 @@ pub struct NewAlertRow<'a> {
     pub entity_id: &'a str,
     pub subject: Option<&'a str>,
     pub payload: &'a serde_json::Value,
-    pub channels: &'a [String],
+    pub channels: &'a [&'a str],
     pub team_id: Option<&'a str>,
 }
 
 pub async fn insert_alert(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert: &NewAlertRow<'_>,
 ) -> sqlx::Result<()> {
@@ -214,14 +141,14 @@ pub async fn insert_alert(
     .bind(alert.payload)
     .bind(alert.channels)
     .bind(alert.team_id)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }
 
 /// The alert that first created any of `keys`: what a full replay answers with.
 pub async fn find_original_alert_id(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     keys: &[String],
 ) -> sqlx::Result<Option<Uuid>> {
@@ -231,45 +158,12 @@ pub async fn find_original_alert_id(
     )
     .bind(tenant)
     .bind(keys)
-    .fetch_optional(conn)
-    .await
-}
-
-pub async fn count_team_members(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    team_id: &str,
-) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM memberships WHERE tenant_id = $1 AND team_id = $2")
-        .bind(tenant)
-        .bind(team_id)
-        .fetch_one(conn)
-        .await
-}
-
-/// Members in user_id order after `after` (keyset), at most `limit`.
-pub async fn list_team_members(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    team_id: &str,
-    after: Option<&str>,
-    limit: i64,
-) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(
-        "SELECT user_id FROM memberships
-          WHERE tenant_id = $1 AND team_id = $2 AND ($3::text IS NULL OR user_id > $3)
-          ORDER BY user_id LIMIT $4",
-    )
-    .bind(tenant)
-    .bind(team_id)
-    .bind(after)
-    .bind(limit)
-    .fetch_all(conn)
+    .fetch_optional(db)
     .await
 }
 
 pub async fn insert_expansion(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     team_id: &str,
@@ -278,7 +172,7 @@ pub async fn insert_expansion(
         .bind(tenant)
         .bind(alert_id)
         .bind(team_id)
-        .execute(conn)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -299,7 +193,7 @@ pub struct ExpansionJob {
 
 /// Locks the oldest open job nobody else holds, for the rest of the caller's
 /// (short, database-only) transaction. Other workers skip it.
-pub async fn claim_expansion(conn: &mut PgConnection) -> sqlx::Result<Option<ExpansionJob>> {
+pub async fn claim_expansion(db: impl PgExecutor<'_>) -> sqlx::Result<Option<ExpansionJob>> {
     sqlx::query_as(
         "SELECT e.tenant_id, e.alert_id, e.team_id, e.after_user_id,
                 a.event_type, a.entity_id, a.subject, a.payload, a.channels
@@ -310,13 +204,13 @@ pub async fn claim_expansion(conn: &mut PgConnection) -> sqlx::Result<Option<Exp
           LIMIT 1
           FOR UPDATE OF e SKIP LOCKED",
     )
-    .fetch_optional(conn)
+    .fetch_optional(db)
     .await
 }
 
 /// Moves the job's cursor in the batch's own transaction: commit both or neither.
 pub async fn advance_expansion(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
     after_user_id: Option<&str>,
@@ -334,7 +228,7 @@ pub async fn advance_expansion(
     .bind(after_user_id)
     .bind(processed)
     .bind(done)
-    .execute(conn)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -369,93 +263,5 @@ pub async fn get_alert(
     .bind(tenant)
     .bind(alert_id)
     .fetch_optional(db)
-    .await
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub struct DeliveryRow {
-    pub id: i64,
-    pub alert_id: Uuid,
-    pub recipient_id: String,
-    pub channel: String,
-    pub notification_key: String,
-    pub endpoint_id: Option<Uuid>,
-    pub status: String,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub next_attempt_at: DateTime<Utc>,
-    pub sent_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-}
-
-const DELIVERY_COLUMNS: &str =
-    "id, alert_id, recipient_id, channel, notification_key, endpoint_id, status, \
-     attempts, last_error, next_attempt_at, sent_at, created_at";
-
-pub async fn list_alert_deliveries(
-    db: impl sqlx::PgExecutor<'_>,
-    tenant: Uuid,
-    alert_id: Uuid,
-) -> sqlx::Result<Vec<DeliveryRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE tenant_id = $1 AND alert_id = $2 ORDER BY id"
-    ))
-    .bind(tenant)
-    .bind(alert_id)
-    .fetch_all(db)
-    .await
-}
-
-/// A page of deliveries in id order after `after_id`, optionally of one status.
-pub async fn list_deliveries(
-    db: impl sqlx::PgExecutor<'_>,
-    tenant: Uuid,
-    status: Option<&str>,
-    after_id: Option<i64>,
-    limit: i64,
-) -> sqlx::Result<Vec<DeliveryRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries
-          WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND id > $3
-          ORDER BY id LIMIT $4"
-    ))
-    .bind(tenant)
-    .bind(status)
-    .bind(after_id.unwrap_or(0))
-    .bind(limit)
-    .fetch_all(db)
-    .await
-}
-
-/// Locks one delivery for an operator's decision; None when it is not this tenant's.
-pub async fn lock_delivery(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    id: i64,
-) -> sqlx::Result<Option<DeliveryRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(conn)
-    .await
-}
-
-/// Operator re-queue: back to `pending`, due now, with a fresh attempt budget.
-pub async fn requeue_delivery(
-    conn: &mut PgConnection,
-    tenant: Uuid,
-    id: i64,
-) -> sqlx::Result<DeliveryRow> {
-    sqlx::query_as(&format!(
-        "UPDATE deliveries
-            SET status = 'pending', attempts = 0, next_attempt_at = now(), claimed_until = NULL
-          WHERE tenant_id = $1 AND id = $2
-          RETURNING {DELIVERY_COLUMNS}"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_one(conn)
     .await
 }

@@ -1,62 +1,63 @@
-//! Activity events: one row per event whatever the size of its team (DESIGN.md
-//! invariant 1). Feeds find them through memberships at read time.
+//! Activity events: one row per event whatever the size of its team
+//! (ARCHITECTURE.md, invariant 1). Feeds find them through memberships at
+//! read time.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgExecutor, Postgres};
-use tidings_core::Position;
+use sqlx::PgExecutor;
+use tidings_core::{EntityId, EventType, Position, TeamId, UserId};
 use uuid::Uuid;
 
-/// A validated event, ready to store.
+/// A checked event, ready to store.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    pub team_id: String,
-    pub event_type: String,
-    pub actor_id: Option<String>,
-    pub object_id: Option<String>,
+    pub team_id: TeamId,
+    pub event_type: EventType,
+    pub actor_id: Option<UserId>,
+    pub object_id: Option<EntityId>,
     /// A JSON object (checked by the caller; the table checks it again).
     pub payload: serde_json::Value,
-    /// The producer's idempotency key and the fingerprint of the request's
+    /// The producer's idempotency key and the fingerprint of the event's
     /// canonical form.
     pub idempotency: Option<(String, [u8; 32])>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredEvent {
+/// Where a stored event sits in the feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRow {
     pub id: i64,
     pub position: Position,
     pub created_at: DateTime<Utc>,
-    /// True when an earlier request with the same idempotency key stored it.
-    pub replayed: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum InsertEventsError {
-    #[error("idempotency key {key:?} was already used for a different event")]
-    KeyReused { key: String },
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
+/// An event found by its idempotency key, with the fingerprint it was stored
+/// under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedEvent {
+    pub event: EventRow,
+    pub fingerprint: Vec<u8>,
 }
 
-/// Stores `events` in one transaction, so they share one `tx` and become visible
-/// together. An event whose idempotency key is already taken is not stored again:
-/// with the same fingerprint the original is returned (`replayed`), with another
-/// the whole call fails with [`InsertEventsError::KeyReused`] and stores nothing.
-/// Results are in input order.
-pub async fn insert_events<'c>(
-    db: impl Acquire<'c, Database = Postgres>,
+/// `n` ids of the feed item sequence, taken up front so each result maps to
+/// its input without relying on the order of RETURNING.
+pub async fn reserve_feed_item_ids(db: impl PgExecutor<'_>, n: usize) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("SELECT nextval('feed_item_id_seq') FROM generate_series(1, $1)")
+        .bind(n as i64)
+        .fetch_all(db)
+        .await
+}
+
+/// Inserts `events` under `ids` (same order) in one statement and returns the
+/// rows that were inserted, by id. An event whose idempotency key is taken is
+/// not inserted: ON CONFLICT waits for a concurrent insert of the same key to
+/// commit, so the winner is visible to [`find_events_by_keys`] afterwards.
+pub async fn insert_events(
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
+    ids: &[i64],
     events: &[NewEvent],
-) -> Result<Vec<StoredEvent>, InsertEventsError> {
-    let mut tx = db.begin().await?;
-    // Ids are taken up front so each result maps to its input without relying on
-    // the order of RETURNING.
-    let ids: Vec<i64> =
-        sqlx::query_scalar("SELECT nextval('feed_item_id_seq') FROM generate_series(1, $1)")
-            .bind(events.len() as i64)
-            .fetch_all(&mut *tx)
-            .await?;
+) -> sqlx::Result<HashMap<i64, EventRow>> {
     let column = |f: fn(&NewEvent) -> Option<String>| events.iter().map(f).collect::<Vec<_>>();
     let inserted: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
         "INSERT INTO events (tenant_id, id, team_id, type, actor_id, object_id, payload,
@@ -67,11 +68,11 @@ pub async fn insert_events<'c>(
          RETURNING id, tx, created_at",
     )
     .bind(tenant_id)
-    .bind(&ids)
-    .bind(column(|e| Some(e.team_id.clone())))
-    .bind(column(|e| Some(e.event_type.clone())))
-    .bind(column(|e| e.actor_id.clone()))
-    .bind(column(|e| e.object_id.clone()))
+    .bind(ids)
+    .bind(column(|e| Some(e.team_id.to_string())))
+    .bind(column(|e| Some(e.event_type.to_string())))
+    .bind(column(|e| e.actor_id.as_ref().map(UserId::to_string)))
+    .bind(column(|e| e.object_id.as_ref().map(EntityId::to_string)))
     .bind(events.iter().map(|e| e.payload.clone()).collect::<Vec<_>>())
     .bind(column(|e| e.idempotency.as_ref().map(|(k, _)| k.clone())))
     .bind(
@@ -80,66 +81,27 @@ pub async fn insert_events<'c>(
             .map(|e| e.idempotency.as_ref().map(|(_, f)| f.to_vec()))
             .collect::<Vec<_>>(),
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(db)
     .await?;
-    let mut by_id: HashMap<i64, (i64, DateTime<Utc>)> = inserted
+    Ok(inserted
         .into_iter()
-        .map(|(id, txid, at)| (id, (txid, at)))
-        .collect();
-
-    // Whatever was not inserted lost on its idempotency key: to an earlier
-    // request, a concurrent one (ON CONFLICT waited for it to commit), or an
-    // earlier entry of this same batch.
-    let conflicted: Vec<String> = events
-        .iter()
-        .zip(&ids)
-        .filter(|(_, id)| !by_id.contains_key(id))
-        .filter_map(|(e, _)| e.idempotency.as_ref().map(|(k, _)| k.clone()))
-        .collect();
-    let existing: HashMap<String, (i64, i64, DateTime<Utc>, Vec<u8>)> = if conflicted.is_empty() {
-        HashMap::new()
-    } else {
-        find_events_by_keys(&mut *tx, tenant_id, &conflicted).await?
-    };
-
-    let mut out = Vec::with_capacity(events.len());
-    for (event, id) in events.iter().zip(&ids) {
-        if let Some((txid, created_at)) = by_id.remove(id) {
-            out.push(StoredEvent {
-                id: *id,
-                position: Position::new(txid, *id),
+        .map(|(id, tx, created_at)| {
+            let row = EventRow {
+                id,
+                position: Position::new(tx, id),
                 created_at,
-                replayed: false,
-            });
-            continue;
-        }
-        let (key, fingerprint) = event.idempotency.as_ref().ok_or_else(|| {
-            sqlx::Error::Protocol("an event without a key was not inserted".into())
-        })?;
-        let (orig_id, orig_tx, created_at, orig_fingerprint) = existing
-            .get(key)
-            .ok_or_else(|| sqlx::Error::Protocol("conflicting idempotency key vanished".into()))?;
-        if orig_fingerprint.as_slice() != fingerprint.as_slice() {
-            return Err(InsertEventsError::KeyReused { key: key.clone() });
-        }
-        out.push(StoredEvent {
-            id: *orig_id,
-            position: Position::new(*orig_tx, *orig_id),
-            created_at: *created_at,
-            replayed: true,
-        });
-    }
-    tx.commit().await?;
-    Ok(out)
+            };
+            (id, row)
+        })
+        .collect())
 }
 
-type KeyedEvent = (i64, i64, DateTime<Utc>, Vec<u8>);
-
-async fn find_events_by_keys(
+/// The events holding `keys`, by key.
+pub async fn find_events_by_keys(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     keys: &[String],
-) -> Result<HashMap<String, KeyedEvent>, sqlx::Error> {
+) -> sqlx::Result<HashMap<String, KeyedEvent>> {
     #[derive(sqlx::FromRow)]
     struct Row {
         idempotency_key: String,
@@ -159,7 +121,14 @@ async fn find_events_by_keys(
     Ok(rows
         .into_iter()
         .map(|r| {
-            let event = (r.id, r.tx, r.created_at, r.request_fingerprint);
+            let event = KeyedEvent {
+                event: EventRow {
+                    id: r.id,
+                    position: Position::new(r.tx, r.id),
+                    created_at: r.created_at,
+                },
+                fingerprint: r.request_fingerprint,
+            };
             (r.idempotency_key, event)
         })
         .collect())

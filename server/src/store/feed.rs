@@ -1,7 +1,7 @@
 //! A user's feed, computed at read time: the events of their teams after each
 //! join position, plus their in-app alerts (`inbox_items`), in (tx, id) order.
 //!
-//! **Visibility (DESIGN.md invariant 2).** Every statement here serves only rows
+//! **Visibility (ARCHITECTURE.md, invariant 2).** Every statement here serves only rows
 //! with `tx < xmin`, where xmin is `pg_snapshot_xmin(pg_current_snapshot())` of
 //! that same statement. Every transaction below xmin has ended, and every
 //! transaction that ends later has a tx of at least xmin, so once a position has
@@ -19,8 +19,8 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgExecutor, PgPool, Postgres};
-use tidings_core::{Position, ReadSet, WatermarkError, Watermarks, BADGE_CAP};
+use sqlx::PgExecutor;
+use tidings_core::{Position, Watermarks, BADGE_CAP};
 use uuid::Uuid;
 
 use super::teams::Membership;
@@ -102,14 +102,6 @@ pub struct FeedStatus {
 pub enum Mark {
     Seen,
     Read,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ItemReadError {
-    #[error(transparent)]
-    Full(#[from] WatermarkError),
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
 }
 
 // ---------------------------------------------------------------------------
@@ -589,80 +581,72 @@ pub async fn find_item(
     Ok(tx.map(|tx| Position::new(tx, item_id)))
 }
 
-/// Marks one item read. Items at or below the read watermark already are; above
-/// it the item joins the user's bounded set of individually read items, which
-/// refuses (rather than forgets) past `MAX_INDIVIDUAL_READS`. The user's
-/// `feed_state` row is locked so concurrent calls cannot overfill the set.
-pub async fn mark_item_read<'c>(
-    db: impl Acquire<'c, Database = Postgres>,
+/// Makes sure the user has a `feed_state` row (watermarks at the origin), so
+/// [`lock_read_mark`] has a row to lock.
+pub async fn ensure_feed_state(
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     user_id: &str,
-    item: Position,
-) -> Result<(), ItemReadError> {
-    let mut tx = db.begin().await?;
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO feed_state (tenant_id, user_id) VALUES ($1, $2)
          ON CONFLICT (tenant_id, user_id) DO NOTHING",
     )
     .bind(tenant_id)
     .bind(user_id)
-    .execute(&mut *tx)
+    .execute(db)
     .await?;
+    Ok(())
+}
+
+/// The read watermark, with the user's `feed_state` row locked for the rest
+/// of the caller's transaction, so concurrent changes to the user's
+/// individually read items are serialised.
+pub async fn lock_read_mark(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+) -> Result<Position, sqlx::Error> {
     let (read_tx, read_id): (i64, i64) = sqlx::query_as(
         "SELECT read_tx, read_id FROM feed_state WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
     )
     .bind(tenant_id)
     .bind(user_id)
-    .fetch_one(&mut *tx)
+    .fetch_one(db)
     .await?;
-    if item <= Position::new(read_tx, read_id) {
-        return Ok(());
-    }
+    Ok(Position::new(read_tx, read_id))
+}
+
+/// The items the user read one by one (above the read watermark).
+pub async fn list_item_reads(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+) -> Result<Vec<Position>, sqlx::Error> {
     let reads: Vec<(i64, i64)> =
         sqlx::query_as("SELECT tx, item_id FROM item_reads WHERE tenant_id = $1 AND user_id = $2")
             .bind(tenant_id)
             .bind(user_id)
-            .fetch_all(&mut *tx)
+            .fetch_all(db)
             .await?;
-    let mut set = ReadSet::new();
-    for (tx, id) in reads {
-        set.insert(Position::new(tx, id))?;
-    }
-    if set.insert(item)? {
-        sqlx::query(
-            "INSERT INTO item_reads (tenant_id, user_id, item_id, tx) VALUES ($1, $2, $3, $4)",
-        )
+    Ok(reads
+        .into_iter()
+        .map(|(tx, id)| Position::new(tx, id))
+        .collect())
+}
+
+pub async fn insert_item_read(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    item: Position,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO item_reads (tenant_id, user_id, item_id, tx) VALUES ($1, $2, $3, $4)")
         .bind(tenant_id)
         .bind(user_id)
         .bind(item.id)
         .bind(item.tx)
-        .execute(&mut *tx)
+        .execute(db)
         .await?;
-    }
-    tx.commit().await?;
     Ok(())
-}
-
-/// Convenience for handlers: advance `mark` to `proposed` (or the head) clamped
-/// to the head, then answer the fresh status.
-pub async fn mark_up_to(
-    pool: &PgPool,
-    tenant_id: Uuid,
-    user_id: &str,
-    teams: &[Membership],
-    mark: Mark,
-    proposed: Option<Position>,
-) -> Result<FeedStatus, sqlx::Error> {
-    let (marks, head) = read_head(pool, tenant_id, user_id, teams).await?;
-    let head = head.unwrap_or(Position::ORIGIN);
-    let current = match mark {
-        Mark::Seen => marks.seen,
-        Mark::Read => marks.read,
-    };
-    // The core's rule, shared with the browser: max(current, min(proposed, head)).
-    let target = tidings_core::advance(current, proposed.unwrap_or(head), head);
-    if target > current {
-        advance_mark(pool, tenant_id, user_id, mark, target).await?;
-    }
-    read_status(pool, tenant_id, user_id, teams).await
 }

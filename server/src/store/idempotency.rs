@@ -12,16 +12,23 @@ pub struct KeyRow {
     pub lease_left_secs: f64,
 }
 
+/// A request taking a key: who (`owner`), for what (`fingerprint`), for how
+/// long before a retry may take it over (`lease`).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyClaim<'a> {
+    pub tenant: Uuid,
+    pub path: &'a str,
+    pub key: &'a str,
+    pub fingerprint: &'a [u8],
+    pub owner: Uuid,
+    pub lease: std::time::Duration,
+}
+
 /// Takes the key for a first request: a committed row with no response and a
 /// lease. False when the key is already there.
 pub async fn try_insert_key(
     db: impl sqlx::PgExecutor<'_>,
-    tenant: Uuid,
-    path: &str,
-    key: &str,
-    fingerprint: &[u8],
-    owner: Uuid,
-    lease: std::time::Duration,
+    claim: &KeyClaim<'_>,
 ) -> sqlx::Result<bool> {
     let inserted: Option<i32> = sqlx::query_scalar(
         "INSERT INTO idempotency_keys (tenant_id, path, key, fingerprint, owner, locked_until)
@@ -29,12 +36,12 @@ pub async fn try_insert_key(
          ON CONFLICT DO NOTHING
          RETURNING 1",
     )
-    .bind(tenant)
-    .bind(path)
-    .bind(key)
-    .bind(fingerprint)
-    .bind(owner)
-    .bind(lease.as_secs_f64())
+    .bind(claim.tenant)
+    .bind(claim.path)
+    .bind(claim.key)
+    .bind(claim.fingerprint)
+    .bind(claim.owner)
+    .bind(claim.lease.as_secs_f64())
     .fetch_optional(db)
     .await?;
     Ok(inserted.is_some())
@@ -62,12 +69,7 @@ pub async fn get_key(
 /// expires; a retry with the same fingerprint takes it over.
 pub async fn take_over_expired_key(
     db: impl sqlx::PgExecutor<'_>,
-    tenant: Uuid,
-    path: &str,
-    key: &str,
-    fingerprint: &[u8],
-    owner: Uuid,
-    lease: std::time::Duration,
+    claim: &KeyClaim<'_>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(
         "UPDATE idempotency_keys
@@ -75,12 +77,12 @@ pub async fn take_over_expired_key(
           WHERE tenant_id = $1 AND path = $2 AND key = $3 AND fingerprint = $4
             AND status_code IS NULL AND (locked_until IS NULL OR locked_until <= now())",
     )
-    .bind(tenant)
-    .bind(path)
-    .bind(key)
-    .bind(fingerprint)
-    .bind(owner)
-    .bind(lease.as_secs_f64())
+    .bind(claim.tenant)
+    .bind(claim.path)
+    .bind(claim.key)
+    .bind(claim.fingerprint)
+    .bind(claim.owner)
+    .bind(claim.lease.as_secs_f64())
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)

@@ -1,6 +1,28 @@
-//! The idempotent consumer's inbox (table `inbox_messages`, DESIGN invariant 8).
+//! The idempotent consumer's inbox (table `inbox_messages`, ARCHITECTURE.md,
+//! invariant 8).
 
 use uuid::Uuid;
+
+/// What became of a message (column `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxOutcome {
+    /// It created an alert (some keys new).
+    Created,
+    /// Every notification it asked for existed already.
+    Duplicate,
+    /// It can never become an alert; `error` says why.
+    Rejected,
+}
+
+impl InboxOutcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            InboxOutcome::Created => "created",
+            InboxOutcome::Duplicate => "duplicate",
+            InboxOutcome::Rejected => "rejected",
+        }
+    }
+}
 
 /// Records a message id in the caller's transaction. False when it was already
 /// recorded: a redelivery or replay, which must change nothing. A concurrent
@@ -9,7 +31,7 @@ pub async fn insert_message(
     db: impl sqlx::PgExecutor<'_>,
     message_id: &str,
     tenant: Option<Uuid>,
-    outcome: &str,
+    outcome: InboxOutcome,
     error: Option<&str>,
 ) -> sqlx::Result<bool> {
     let inserted: Option<i32> = sqlx::query_scalar(
@@ -18,7 +40,7 @@ pub async fn insert_message(
     )
     .bind(message_id)
     .bind(tenant)
-    .bind(outcome)
+    .bind(outcome.as_str())
     .bind(error)
     .fetch_optional(db)
     .await?;
@@ -29,20 +51,13 @@ pub async fn set_message_alert(
     db: impl sqlx::PgExecutor<'_>,
     message_id: &str,
     alert_id: Uuid,
-    outcome: &str,
+    outcome: InboxOutcome,
 ) -> sqlx::Result<()> {
     sqlx::query("UPDATE inbox_messages SET alert_id = $2, outcome = $3 WHERE message_id = $1")
         .bind(message_id)
         .bind(alert_id)
-        .bind(outcome)
+        .bind(outcome.as_str())
         .execute(db)
         .await?;
     Ok(())
-}
-
-pub async fn tenant_exists(db: impl sqlx::PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
-        .bind(tenant)
-        .fetch_one(db)
-        .await
 }

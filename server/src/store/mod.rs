@@ -2,10 +2,12 @@
 //! named verb_noun that take an executor (pool or transaction) and the tenant.
 
 pub mod alerts;
+pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod idempotency;
 pub mod inbox;
+pub mod notify;
 pub mod outbox;
 pub mod teams;
 pub mod tenants;

@@ -8,7 +8,10 @@
 //! tenant, which is what makes the per-tenant claim cheap.
 
 use sqlx::PgExecutor;
+use tidings_core::Channel;
 use uuid::Uuid;
+
+use crate::deliveries::status::DeliveryStatus;
 
 /// A delivery this worker now holds, with everything needed to send it.
 /// Alert, endpoint and user columns are `None` when the row they come from is
@@ -19,7 +22,8 @@ pub struct ClaimedDelivery {
     pub id: i64,
     /// Attempts including this one; the guard of every completion.
     pub attempts: i32,
-    pub channel: String,
+    #[sqlx(try_from = "String")]
+    pub channel: Channel,
     pub notification_key: String,
     pub recipient_id: String,
     pub alert_id: Uuid,
@@ -53,9 +57,9 @@ pub async fn claim_deliveries(
     db: impl PgExecutor<'_>,
     batch: u32,
     lease_ms: u64,
-    channels: &[&str],
+    channels: &[Channel],
 ) -> sqlx::Result<Vec<ClaimedDelivery>> {
-    let channels: Vec<String> = channels.iter().map(|c| (*c).to_owned()).collect();
+    let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
     sqlx::query_as(
         r#"
         WITH active AS MATERIALIZED (
@@ -172,14 +176,19 @@ pub async fn complete_deliveries(
         ids.push(d.id);
         attempts.push(d.attempts);
         let (outcome, delay, error) = match &d.completion {
-            Completion::Sent => ("sent", None, None),
+            Completion::Sent => (DeliveryStatus::Sent.as_str(), None, None),
             Completion::Retry { after_ms, error } => (
-                "retrying",
+                DeliveryStatus::Retrying.as_str(),
                 Some(i64::try_from(*after_ms).unwrap_or(i64::MAX)),
                 Some(error.clone()),
             ),
-            Completion::Dead { error } => ("dead", None, Some(error.clone())),
-            Completion::Skipped { reason } => ("skipped", None, Some(reason.clone())),
+            Completion::Dead { error } => {
+                (DeliveryStatus::Dead.as_str(), None, Some(error.clone()))
+            }
+            Completion::Skipped { reason } => {
+                (DeliveryStatus::Skipped.as_str(), None, Some(reason.clone()))
+            }
+            // Not a status: the statement turns it back into pending/retrying.
             Completion::Release => ("release", None, None),
         };
         outcomes.push(outcome);

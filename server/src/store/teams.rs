@@ -1,15 +1,16 @@
 //! Team memberships. A membership carries the feed position of its own write: the
 //! member sees the team's events positioned after it (migrations/0003_feed.sql).
 //!
-//! Every change notifies `cache::CHANNEL` in its own transaction, so every
-//! instance drops its cached copy of that user's teams once the change commits.
+//! Every change must notify `NotifyChannel::Cache` in its own transaction
+//! ([`notify_memberships_changed`]), so every instance drops its cached copy of
+//! that user's teams once the change commits.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgExecutor, Postgres};
-use tidings_core::Position;
+use sqlx::PgExecutor;
+use tidings_core::{Position, TeamId, UserId};
 use uuid::Uuid;
 
-use crate::cache;
+use super::notify::{notify, MembershipsChanged, NotifyChannel};
 
 /// One of a user's teams, as the feed query needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +22,10 @@ pub struct Membership {
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MemberRow {
-    pub team_id: String,
-    pub user_id: String,
+    #[sqlx(try_from = "String")]
+    pub team_id: TeamId,
+    #[sqlx(try_from = "String")]
+    pub user_id: UserId,
     pub joined_tx: i64,
     pub joined_id: i64,
     pub created_at: DateTime<Utc>,
@@ -34,88 +37,90 @@ impl MemberRow {
     }
 }
 
-/// Adds `user_id` to `team_id`. Returns the membership and whether it is new; an
-/// existing membership is returned unchanged (its join position does not move).
-pub async fn add_member<'c>(
-    db: impl Acquire<'c, Database = Postgres>,
+const MEMBER_COLUMNS: &str = "team_id, user_id, joined_tx, joined_id, created_at";
+
+/// Inserts a membership; `None` when it exists already (ON CONFLICT waited
+/// for any concurrent insert of it to commit).
+pub async fn insert_member(
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     team_id: &str,
     user_id: &str,
-) -> Result<(MemberRow, bool), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    let inserted: Option<MemberRow> = sqlx::query_as(
+) -> sqlx::Result<Option<MemberRow>> {
+    sqlx::query_as(&format!(
         "INSERT INTO memberships (tenant_id, team_id, user_id) VALUES ($1, $2, $3)
          ON CONFLICT (tenant_id, team_id, user_id) DO NOTHING
-         RETURNING team_id, user_id, joined_tx, joined_id, created_at",
-    )
+         RETURNING {MEMBER_COLUMNS}"
+    ))
     .bind(tenant_id)
     .bind(team_id)
     .bind(user_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let result = match inserted {
-        Some(row) => {
-            notify_memberships_changed(&mut *tx, tenant_id, user_id).await?;
-            (row, true)
-        }
-        // ON CONFLICT waited for any concurrent insert to commit, so the row is
-        // visible to this (new) statement.
-        None => (
-            sqlx::query_as(
-                "SELECT team_id, user_id, joined_tx, joined_id, created_at FROM memberships
-                 WHERE tenant_id = $1 AND team_id = $2 AND user_id = $3",
-            )
-            .bind(tenant_id)
-            .bind(team_id)
-            .bind(user_id)
-            .fetch_one(&mut *tx)
-            .await?,
-            false,
-        ),
-    };
-    tx.commit().await?;
-    Ok(result)
+    .fetch_optional(db)
+    .await
 }
 
-/// Removes a membership; false when there was none.
-pub async fn remove_member<'c>(
-    db: impl Acquire<'c, Database = Postgres>,
+pub async fn get_member(
+    db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     team_id: &str,
     user_id: &str,
-) -> Result<bool, sqlx::Error> {
-    let mut tx = db.begin().await?;
-    let removed = sqlx::query(
+) -> sqlx::Result<Option<MemberRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {MEMBER_COLUMNS} FROM memberships
+         WHERE tenant_id = $1 AND team_id = $2 AND user_id = $3"
+    ))
+    .bind(tenant_id)
+    .bind(team_id)
+    .bind(user_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes a membership; false when there was none.
+pub async fn delete_member(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    team_id: &str,
+    user_id: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
         "DELETE FROM memberships WHERE tenant_id = $1 AND team_id = $2 AND user_id = $3",
     )
     .bind(tenant_id)
     .bind(team_id)
     .bind(user_id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        > 0;
-    if removed {
-        notify_memberships_changed(&mut *tx, tenant_id, user_id).await?;
-    }
-    tx.commit().await?;
-    Ok(removed)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }
 
-/// A team's members ordered by user id, after `after_user` (keyset paging).
+pub async fn count_members(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    team_id: &str,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM memberships WHERE tenant_id = $1 AND team_id = $2")
+        .bind(tenant_id)
+        .bind(team_id)
+        .fetch_one(db)
+        .await
+}
+
+/// A team's members ordered by user id, after `after_user` (keyset paging),
+/// at most `limit`: the member list and the alert fan-out both read this.
 pub async fn list_members(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     team_id: &str,
     after_user: Option<&str>,
     limit: i64,
-) -> Result<Vec<MemberRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT team_id, user_id, joined_tx, joined_id, created_at FROM memberships
+) -> sqlx::Result<Vec<MemberRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {MEMBER_COLUMNS} FROM memberships
          WHERE tenant_id = $1 AND team_id = $2 AND ($3::text IS NULL OR user_id > $3)
          ORDER BY user_id
-         LIMIT $4",
-    )
+         LIMIT $4"
+    ))
     .bind(tenant_id)
     .bind(team_id)
     .bind(after_user)
@@ -129,7 +134,7 @@ pub async fn list_memberships_of_user(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     user_id: &str,
-) -> Result<Vec<Membership>, sqlx::Error> {
+) -> sqlx::Result<Vec<Membership>> {
     let rows: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT team_id, joined_tx, joined_id FROM memberships
          WHERE tenant_id = $1 AND user_id = $2
@@ -148,17 +153,16 @@ pub async fn list_memberships_of_user(
         .collect())
 }
 
-/// NOTIFY is delivered at commit and not at all on rollback, so listeners hear of
-/// exactly the changes that happened.
-async fn notify_memberships_changed(
+/// Tells every instance that `user_id`'s teams changed, when the caller's
+/// transaction commits (and not at all if it rolls back).
+pub async fn notify_memberships_changed(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     user_id: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(cache::CHANNEL)
-        .bind(cache::memberships_notice(tenant_id, user_id))
-        .execute(db)
-        .await?;
-    Ok(())
+) -> sqlx::Result<()> {
+    let changed = MembershipsChanged {
+        tenant_id,
+        user_id: user_id.to_owned(),
+    };
+    notify(db, NotifyChannel::Cache, &changed.payload()).await
 }

@@ -1,43 +1,23 @@
 //! Tenants and their API keys.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgExecutor;
 use uuid::Uuid;
 
-pub struct NewTenant {
-    pub tenant_id: Uuid,
-    pub name: String,
-    pub signing_secret: String,
-    pub api_key_id: Uuid,
-    pub created_at: DateTime<Utc>,
-}
-
-/// Creates a tenant with its first API key, in one transaction.
-pub async fn create_tenant(
-    pool: &PgPool,
+pub async fn insert_tenant(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
     name: &str,
     signing_secret: &str,
-    api_key_hash: &[u8],
-) -> Result<NewTenant, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let tenant_id = Uuid::now_v7();
-    let created_at: DateTime<Utc> = sqlx::query_scalar(
+) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar(
         "INSERT INTO tenants (id, name, signing_secret) VALUES ($1, $2, $3) RETURNING created_at",
     )
     .bind(tenant_id)
     .bind(name)
     .bind(signing_secret)
-    .fetch_one(&mut *tx)
-    .await?;
-    let api_key_id = insert_api_key(&mut *tx, tenant_id, api_key_hash).await?;
-    tx.commit().await?;
-    Ok(NewTenant {
-        tenant_id,
-        name: name.to_string(),
-        signing_secret: signing_secret.to_string(),
-        api_key_id,
-        created_at,
-    })
+    .fetch_one(db)
+    .await
 }
 
 pub async fn insert_api_key(
@@ -62,7 +42,8 @@ pub async fn tenant_exists(db: impl PgExecutor<'_>, tenant_id: Uuid) -> Result<b
         .await
 }
 
-/// Revokes a key; false when the tenant has no such unrevoked key.
+/// Revokes a key and returns its hash; `None` when the tenant has no such
+/// unrevoked key.
 pub async fn revoke_api_key(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,

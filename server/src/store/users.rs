@@ -1,6 +1,7 @@
 //! Contact data of recipients (table `users`).
 
 use chrono::{DateTime, Utc};
+use tidings_core::UserId;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -63,18 +64,24 @@ pub async fn delete_user(
     Ok(done.rows_affected() > 0)
 }
 
-/// Email addresses of those of `user_ids` that have one.
-pub async fn list_emails(
+/// Those of `user_ids` that have an email address.
+pub async fn list_users_with_email(
     db: impl sqlx::PgExecutor<'_>,
     tenant: Uuid,
-    user_ids: &[String],
-) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as(
-        "SELECT user_id, email FROM users
+    user_ids: &[UserId],
+) -> sqlx::Result<Vec<UserId>> {
+    let ids: Vec<&str> = user_ids.iter().map(UserId::as_str).collect();
+    let found: Vec<String> = sqlx::query_scalar(
+        "SELECT user_id FROM users
          WHERE tenant_id = $1 AND user_id = ANY($2) AND email IS NOT NULL",
     )
     .bind(tenant)
-    .bind(user_ids)
+    .bind(&ids)
     .fetch_all(db)
-    .await
+    .await?;
+    // Each is one of `user_ids`, so it parses.
+    Ok(found
+        .into_iter()
+        .filter_map(|id| UserId::parse(id).ok())
+        .collect())
 }

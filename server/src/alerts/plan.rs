@@ -1,0 +1,402 @@
+//! The fan-out plan: which rows an alert writes, decided by pure functions.
+//!
+//! An alert asks for one notification per recipient and channel
+//! ([`notifications`]). The database says which of their keys are new (the
+//! unique key of `notifications` decides; ARCHITECTURE.md, invariant 4).
+//! [`plan_fanout`] then says, for the new keys only, which delivery rows and
+//! in-app feed items to write and with what status; a key that existed is a
+//! duplicate and gets nothing. `submit` runs the statements around it.
+//!
+//! **To change what an alert writes** (a new channel, a new skip reason,
+//! another status), change [`plan_fanout`] and its table test below; the
+//! statements that write a plan are in `submit::fan_out`.
+
+use std::collections::HashSet;
+
+use tidings_core::{Channel, EntityId, EventType, KeyError, NotificationKey, UserId};
+use uuid::Uuid;
+
+use crate::deliveries::DeliveryStatus;
+
+pub const NO_EMAIL: &str = "recipient has no email address";
+pub const NO_ENDPOINT: &str = "no webhook endpoint is subscribed to this event type";
+
+/// One notification an alert asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub recipient_id: UserId,
+    pub channel: Channel,
+    /// `NotificationKey::digest_hex`: the database key and the webhook-id.
+    pub key: String,
+    pub readable_key: String,
+}
+
+/// What became of one notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationStatus {
+    /// New, with at least one delivery queued (or, in-app, done).
+    Created,
+    /// The key existed already: nothing written (invariant 4).
+    Duplicate,
+    /// New, but nothing to deliver (no email address, no webhook endpoint).
+    Skipped,
+}
+
+/// One row of `deliveries` to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedDelivery {
+    pub key: String,
+    pub recipient_id: UserId,
+    pub channel: Channel,
+    pub endpoint_id: Option<Uuid>,
+    pub status: DeliveryStatus,
+    /// Why a `skipped` delivery is skipped.
+    pub reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// One per notification, in the order given.
+    pub statuses: Vec<NotificationStatus>,
+    /// In key order, like every insert of a fan-out.
+    pub deliveries: Vec<PlannedDelivery>,
+    /// In-app feed items `(recipient, key)`, in key order.
+    pub inbox_items: Vec<(UserId, String)>,
+    /// Some delivery is `pending`: wake the outbox workers.
+    pub wake_outbox: bool,
+}
+
+/// The notifications of `recipients` × `channels`, in that order, with their
+/// keys.
+pub fn notifications(
+    tenant: Uuid,
+    event_type: &EventType,
+    entity_id: &EntityId,
+    recipients: &[UserId],
+    channels: &[Channel],
+) -> Result<Vec<Notification>, KeyError> {
+    let tenant = tenant.to_string();
+    let mut out = Vec::with_capacity(recipients.len() * channels.len());
+    for recipient in recipients {
+        for &channel in channels {
+            let key = NotificationKey::new(&tenant, event_type, entity_id, recipient, channel)?;
+            out.push(Notification {
+                recipient_id: recipient.clone(),
+                channel,
+                key: key.digest_hex(),
+                readable_key: key.readable().to_owned(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Indexes of `notifications` in key order: the order every insert of a
+/// fan-out takes, so two transactions inserting overlapping keys take the
+/// index locks in the same order and cannot deadlock.
+pub fn key_order(notifications: &[Notification]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..notifications.len()).collect();
+    order.sort_by(|&a, &b| notifications[a].key.cmp(&notifications[b].key));
+    order
+}
+
+/// The recipients of new notifications on `channel`: whose email addresses
+/// (or which endpoints) the plan needs to know.
+pub fn new_recipients_on(
+    notifications: &[Notification],
+    new_keys: &HashSet<String>,
+    channel: Channel,
+) -> Vec<UserId> {
+    notifications
+        .iter()
+        .filter(|n| n.channel == channel && new_keys.contains(&n.key))
+        .map(|n| n.recipient_id.clone())
+        .collect()
+}
+
+/// Decides the rows of a fan-out. `new_keys`: the keys the database just
+/// inserted; `with_email`: the new email recipients that have an address;
+/// `endpoints`: the webhook endpoints subscribed to the event type.
+///
+/// - in-app: a delivery written `sent` and a feed item, in this transaction;
+/// - email: `pending`, or `skipped` without an address;
+/// - webhook: one `pending` delivery per endpoint, or `skipped` without one.
+pub fn plan_fanout(
+    notifications: &[Notification],
+    new_keys: &HashSet<String>,
+    with_email: &HashSet<UserId>,
+    endpoints: &[Uuid],
+) -> Plan {
+    let mut plan = Plan {
+        statuses: vec![NotificationStatus::Duplicate; notifications.len()],
+        deliveries: Vec::new(),
+        inbox_items: Vec::new(),
+        wake_outbox: false,
+    };
+    for i in key_order(notifications) {
+        let n = &notifications[i];
+        if !new_keys.contains(&n.key) {
+            continue;
+        }
+        let delivery = |endpoint_id, status, reason| PlannedDelivery {
+            key: n.key.clone(),
+            recipient_id: n.recipient_id.clone(),
+            channel: n.channel,
+            endpoint_id,
+            status,
+            reason,
+        };
+        let status = match n.channel {
+            Channel::InApp => {
+                // Delivered by this transaction: the feed item commits with it.
+                plan.deliveries
+                    .push(delivery(None, DeliveryStatus::Sent, None));
+                plan.inbox_items
+                    .push((n.recipient_id.clone(), n.key.clone()));
+                NotificationStatus::Created
+            }
+            Channel::Email if with_email.contains(&n.recipient_id) => {
+                plan.deliveries
+                    .push(delivery(None, DeliveryStatus::Pending, None));
+                plan.wake_outbox = true;
+                NotificationStatus::Created
+            }
+            Channel::Email => {
+                plan.deliveries
+                    .push(delivery(None, DeliveryStatus::Skipped, Some(NO_EMAIL)));
+                NotificationStatus::Skipped
+            }
+            Channel::Webhook if endpoints.is_empty() => {
+                plan.deliveries
+                    .push(delivery(None, DeliveryStatus::Skipped, Some(NO_ENDPOINT)));
+                NotificationStatus::Skipped
+            }
+            Channel::Webhook => {
+                for &endpoint in endpoints {
+                    plan.deliveries
+                        .push(delivery(Some(endpoint), DeliveryStatus::Pending, None));
+                }
+                plan.wake_outbox = true;
+                NotificationStatus::Created
+            }
+        };
+        plan.statuses[i] = status;
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NotificationStatus::{Created, Duplicate, Skipped};
+
+    fn user(id: &str) -> UserId {
+        UserId::parse(id).expect("valid")
+    }
+
+    fn notes(recipients: &[&str], channels: &[Channel]) -> Vec<Notification> {
+        let recipients: Vec<UserId> = recipients.iter().map(|r| user(r)).collect();
+        notifications(
+            Uuid::nil(),
+            &EventType::parse("invoice.overdue").expect("valid"),
+            &EntityId::parse("inv-1").expect("valid"),
+            &recipients,
+            channels,
+        )
+        .expect("valid ids")
+    }
+
+    /// A delivery as `(recipient, channel, endpoint index, status)`, for
+    /// tables that read like the rows.
+    type Row = (&'static str, Channel, Option<usize>, DeliveryStatus);
+
+    struct Case {
+        name: &'static str,
+        recipients: &'static [&'static str],
+        channels: &'static [Channel],
+        /// Recipients whose keys already exist.
+        duplicates: &'static [(&'static str, Channel)],
+        with_email: &'static [&'static str],
+        endpoints: usize,
+        statuses: &'static [NotificationStatus],
+        rows: &'static [Row],
+        inbox: &'static [&'static str],
+        wake: bool,
+    }
+
+    use Channel::{Email, InApp, Webhook};
+    use DeliveryStatus::{Pending, Sent, Skipped as SkippedRow};
+
+    const CASES: &[Case] = &[
+        Case {
+            name: "in-app is sent with its feed item, and wakes nobody",
+            recipients: &["ann", "bob"],
+            channels: &[InApp],
+            duplicates: &[],
+            with_email: &[],
+            endpoints: 0,
+            statuses: &[Created, Created],
+            rows: &[("ann", InApp, None, Sent), ("bob", InApp, None, Sent)],
+            inbox: &["ann", "bob"],
+            wake: false,
+        },
+        Case {
+            name: "email is pending with an address and skipped without",
+            recipients: &["ann", "bob"],
+            channels: &[Email],
+            duplicates: &[],
+            with_email: &["ann"],
+            endpoints: 0,
+            statuses: &[Created, Skipped],
+            rows: &[
+                ("ann", Email, None, Pending),
+                ("bob", Email, None, SkippedRow),
+            ],
+            inbox: &[],
+            wake: true,
+        },
+        Case {
+            name: "a webhook goes to every subscribed endpoint",
+            recipients: &["ann"],
+            channels: &[Webhook],
+            duplicates: &[],
+            with_email: &[],
+            endpoints: 2,
+            statuses: &[Created],
+            rows: &[
+                ("ann", Webhook, Some(0), Pending),
+                ("ann", Webhook, Some(1), Pending),
+            ],
+            inbox: &[],
+            wake: true,
+        },
+        Case {
+            name: "a webhook without endpoints is skipped",
+            recipients: &["ann"],
+            channels: &[Webhook],
+            duplicates: &[],
+            with_email: &[],
+            endpoints: 0,
+            statuses: &[Skipped],
+            rows: &[("ann", Webhook, None, SkippedRow)],
+            inbox: &[],
+            wake: false,
+        },
+        Case {
+            name: "duplicates get nothing, the new keys of the same alert do",
+            recipients: &["ann", "bob"],
+            channels: &[InApp, Email],
+            duplicates: &[("ann", InApp), ("ann", Email), ("bob", Email)],
+            with_email: &["ann", "bob"],
+            endpoints: 1,
+            statuses: &[Duplicate, Duplicate, Created, Duplicate],
+            rows: &[("bob", InApp, None, Sent)],
+            inbox: &["bob"],
+            wake: false,
+        },
+        Case {
+            name: "a full replay writes nothing",
+            recipients: &["ann"],
+            channels: &[InApp, Email, Webhook],
+            duplicates: &[("ann", InApp), ("ann", Email), ("ann", Webhook)],
+            with_email: &["ann"],
+            endpoints: 1,
+            statuses: &[Duplicate, Duplicate, Duplicate],
+            rows: &[],
+            inbox: &[],
+            wake: false,
+        },
+    ];
+
+    #[test]
+    fn plans_follow_the_table() {
+        let endpoint_ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        for case in CASES {
+            let notes = notes(case.recipients, case.channels);
+            let new_keys: HashSet<String> = notes
+                .iter()
+                .filter(|n| {
+                    !case
+                        .duplicates
+                        .iter()
+                        .any(|(r, c)| n.recipient_id.as_str() == *r && n.channel == *c)
+                })
+                .map(|n| n.key.clone())
+                .collect();
+            let with_email: HashSet<UserId> = case.with_email.iter().map(|r| user(r)).collect();
+            let endpoints = &endpoint_ids[..case.endpoints];
+            let plan = plan_fanout(&notes, &new_keys, &with_email, endpoints);
+
+            assert_eq!(plan.statuses, case.statuses, "{}", case.name);
+            let mut rows: Vec<(String, Channel, Option<Uuid>, DeliveryStatus)> = plan
+                .deliveries
+                .iter()
+                .map(|d| {
+                    (
+                        d.recipient_id.to_string(),
+                        d.channel,
+                        d.endpoint_id,
+                        d.status,
+                    )
+                })
+                .collect();
+            let mut expected: Vec<_> = case
+                .rows
+                .iter()
+                .map(|&(r, c, e, s)| (r.to_string(), c, e.map(|i| endpoint_ids[i]), s))
+                .collect();
+            rows.sort();
+            expected.sort();
+            assert_eq!(rows, expected, "{}", case.name);
+            for d in &plan.deliveries {
+                let want = match (d.channel, d.status) {
+                    (Email, SkippedRow) => Some(NO_EMAIL),
+                    (Webhook, SkippedRow) => Some(NO_ENDPOINT),
+                    _ => None,
+                };
+                assert_eq!(d.reason, want, "{}", case.name);
+            }
+            let mut inbox: Vec<String> = plan
+                .inbox_items
+                .iter()
+                .map(|(r, _)| r.to_string())
+                .collect();
+            inbox.sort();
+            assert_eq!(inbox, case.inbox, "{}", case.name);
+            assert_eq!(plan.wake_outbox, case.wake, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn rows_come_in_key_order_whatever_the_request_order() {
+        let notes = notes(&["zed", "ann", "kim"], &[InApp, Email]);
+        let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
+        let everyone: HashSet<UserId> = ["zed", "ann", "kim"].iter().map(|r| user(r)).collect();
+        let plan = plan_fanout(&notes, &new_keys, &everyone, &[]);
+        let keys: Vec<&String> = plan.deliveries.iter().map(|d| &d.key).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        let inbox_keys: Vec<&String> = plan.inbox_items.iter().map(|(_, k)| k).collect();
+        let mut sorted = inbox_keys.clone();
+        sorted.sort();
+        assert_eq!(inbox_keys, sorted);
+    }
+
+    #[test]
+    fn keys_are_the_cores_and_differ_per_recipient_and_channel() {
+        let notes = notes(&["ann", "bob"], &[InApp, Email]);
+        let key = NotificationKey::derive(
+            &Uuid::nil().to_string(),
+            "invoice.overdue",
+            "inv-1",
+            "ann",
+            Email,
+        )
+        .expect("valid");
+        assert_eq!(notes[1].key, key.digest_hex());
+        assert_eq!(notes[1].readable_key, key.readable());
+        let unique: HashSet<&String> = notes.iter().map(|n| &n.key).collect();
+        assert_eq!(unique.len(), 4);
+    }
+}

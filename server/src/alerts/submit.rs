@@ -1,0 +1,442 @@
+//! Submitting an alert: one transaction per alert (ARCHITECTURE.md,
+//! invariants 4, 6, 7), from either front door.
+//!
+//! [`create_alert`] is shared by `POST /v1/alerts` ([`submit`]) and the NATS
+//! inbox ([`submit_from_inbox`]), so both produce exactly the same rows for
+//! the same request. A full replay (every key already notified) writes
+//! nothing and answers with the alert that first created those keys; a
+//! partial replay creates a new alert holding only the new keys.
+
+use std::collections::HashSet;
+
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use tidings_core::{
+    decide, stable_lock_key, Channel, EntityId, EventType, FanoutThresholds, SendKind, Strategy,
+    TeamId, UserId,
+};
+use uuid::Uuid;
+
+use super::{
+    plan::{self, NotificationStatus},
+    request::{AlertRequest, Audience},
+};
+use crate::{
+    config::AlertsConfig,
+    idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, Lease, SavedResponse},
+    store::{
+        self, alerts as alert_store, deliveries as delivery_store,
+        inbox::{self, InboxOutcome},
+        teams as team_store, tenants as tenant_store,
+    },
+};
+
+#[derive(Debug, Clone)]
+pub struct NotificationOutcome {
+    pub recipient_id: UserId,
+    pub channel: Channel,
+    /// `NotificationKey::digest_hex`: the database key and the webhook-id.
+    pub key: String,
+    pub readable_key: String,
+    pub status: NotificationStatus,
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertCreated {
+    pub alert_id: Uuid,
+    /// Empty when the team is expanded in the background.
+    pub deliveries: Vec<NotificationOutcome>,
+    /// True when the team is expanded by the background worker.
+    pub background_expansion: bool,
+}
+
+impl AlertCreated {
+    /// Every notification existed already: nothing was written.
+    pub fn is_full_replay(&self) -> bool {
+        !self.deliveries.is_empty()
+            && self
+                .deliveries
+                .iter()
+                .all(|d| d.status == NotificationStatus::Duplicate)
+    }
+}
+
+/// What one fan-out writes about: the alert's shared fields.
+pub(super) struct FanoutTarget<'a> {
+    pub tenant: Uuid,
+    pub alert_id: Uuid,
+    pub event_type: &'a EventType,
+    pub entity_id: &'a EntityId,
+    pub subject: Option<&'a str>,
+    pub payload: &'a serde_json::Value,
+    pub channels: &'a [Channel],
+}
+
+/// Writes notifications for `recipients` × channels and, for the new ones
+/// only, what [`plan::plan_fanout`] decides. Every insert is one statement
+/// over arrays, in key order.
+pub(super) async fn fan_out(
+    conn: &mut PgConnection,
+    target: &FanoutTarget<'_>,
+    recipients: &[UserId],
+) -> sqlx::Result<Vec<NotificationOutcome>> {
+    // Ids were parsed on entry, so deriving cannot fail here; a failure would
+    // be a bug, reported as an internal error.
+    let notifications = plan::notifications(
+        target.tenant,
+        target.event_type,
+        target.entity_id,
+        recipients,
+        target.channels,
+    )
+    .map_err(|e| sqlx::Error::Protocol(format!("notification key: {e}")))?;
+    let outcomes = |statuses: &[NotificationStatus]| {
+        notifications
+            .iter()
+            .zip(statuses)
+            .map(|(n, &status)| NotificationOutcome {
+                recipient_id: n.recipient_id.clone(),
+                channel: n.channel,
+                key: n.key.clone(),
+                readable_key: n.readable_key.clone(),
+                status,
+            })
+            .collect::<Vec<_>>()
+    };
+    if notifications.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut columns = alert_store::NotificationColumns::default();
+    for i in plan::key_order(&notifications) {
+        let n = &notifications[i];
+        columns.keys.push(n.key.clone());
+        columns.readable_keys.push(n.readable_key.clone());
+        columns.recipients.push(n.recipient_id.to_string());
+        columns.channels.push(n.channel.as_str());
+    }
+    let new_keys: HashSet<String> = alert_store::insert_notifications(
+        &mut *conn,
+        target.tenant,
+        target.alert_id,
+        target.event_type,
+        target.entity_id,
+        &columns,
+    )
+    .await?
+    .into_iter()
+    .collect();
+    if new_keys.is_empty() {
+        return Ok(outcomes(&vec![
+            NotificationStatus::Duplicate;
+            notifications.len()
+        ]));
+    }
+
+    let wanted = plan::new_recipients_on(&notifications, &new_keys, Channel::Email);
+    let with_email: HashSet<UserId> = if wanted.is_empty() {
+        HashSet::new()
+    } else {
+        store::users::list_users_with_email(&mut *conn, target.tenant, &wanted)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let endpoints =
+        if plan::new_recipients_on(&notifications, &new_keys, Channel::Webhook).is_empty() {
+            Vec::new()
+        } else {
+            store::webhook_endpoints::list_subscribed_endpoint_ids(
+                &mut *conn,
+                target.tenant,
+                target.event_type,
+            )
+            .await?
+        };
+
+    let plan = plan::plan_fanout(&notifications, &new_keys, &with_email, &endpoints);
+    let mut deliveries = delivery_store::DeliveryColumns::default();
+    for d in &plan.deliveries {
+        deliveries.push(
+            &d.key,
+            &d.recipient_id,
+            d.channel,
+            d.endpoint_id,
+            d.status,
+            d.reason,
+        );
+    }
+    delivery_store::insert_deliveries(&mut *conn, target.tenant, target.alert_id, &deliveries)
+        .await?;
+    let (inbox_recipients, inbox_keys): (Vec<String>, Vec<String>) = plan
+        .inbox_items
+        .iter()
+        .map(|(r, k)| (r.to_string(), k.clone()))
+        .unzip();
+    let common = alert_store::InboxItemCommon {
+        alert_id: target.alert_id,
+        event_type: target.event_type,
+        entity_id: target.entity_id,
+        subject: target.subject,
+        payload: target.payload,
+    };
+    alert_store::insert_inbox_items(
+        &mut *conn,
+        target.tenant,
+        &common,
+        &inbox_recipients,
+        &inbox_keys,
+    )
+    .await?;
+    if plan.wake_outbox {
+        delivery_store::notify_outbox(&mut *conn, target.tenant).await?;
+    }
+    Ok(outcomes(&plan.statuses))
+}
+
+/// The advisory lock of one (tenant, event type, entity): ARCHITECTURE.md,
+/// invariant 7. Public so that a test holding it from outside uses the
+/// server's own key.
+pub fn entity_lock_key(tenant: Uuid, event_type: &EventType, entity_id: &EntityId) -> i64 {
+    stable_lock_key(&[&tenant.to_string(), event_type, entity_id])
+}
+
+/// Creates one alert inside the caller's transaction (commit is the caller's).
+pub(super) async fn create_alert(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    alert: &AlertRequest,
+    thresholds: &FanoutThresholds,
+) -> sqlx::Result<AlertCreated> {
+    alert_store::lock_alert_entity(
+        &mut *conn,
+        entity_lock_key(tenant, &alert.event_type, &alert.entity_id),
+    )
+    .await?;
+    let alert_id = Uuid::now_v7();
+    let channel_names: Vec<&str> = alert.channels.iter().map(|c| c.as_str()).collect();
+    let row = alert_store::NewAlertRow {
+        id: alert_id,
+        event_type: &alert.event_type,
+        entity_id: &alert.entity_id,
+        subject: alert.subject.as_deref(),
+        payload: alert.payload.as_json(),
+        channels: &channel_names,
+        team_id: alert.team().map(TeamId::as_str),
+    };
+    let recipients = match &alert.audience {
+        Audience::Recipients(r) => r.clone(),
+        Audience::Team(team) => {
+            let size = team_store::count_members(&mut *conn, tenant, team).await?;
+            let decision = decide(
+                SendKind::TransactionalAlert,
+                size.max(0) as u64,
+                None,
+                thresholds,
+            );
+            tracing::debug!(%alert_id, %team, size, reason = %decision.reason, "team fan-out");
+            match decision.strategy {
+                Strategy::WriteInline => {
+                    team_store::list_members(&mut *conn, tenant, team, None, i64::MAX)
+                        .await?
+                        .into_iter()
+                        .map(|m| m.user_id)
+                        .collect()
+                }
+                // Alerts never store once (each recipient needs its own key and
+                // delivery state), so anything but inline goes to the background.
+                Strategy::WriteInBatches { .. } | Strategy::StoreOnceReadTime => {
+                    alert_store::insert_alert(&mut *conn, tenant, &row).await?;
+                    alert_store::insert_expansion(&mut *conn, tenant, alert_id, team).await?;
+                    alert_store::notify_expansion(&mut *conn, tenant).await?;
+                    return Ok(AlertCreated {
+                        alert_id,
+                        deliveries: Vec::new(),
+                        background_expansion: true,
+                    });
+                }
+            }
+        }
+    };
+    let target = FanoutTarget {
+        tenant,
+        alert_id,
+        event_type: &alert.event_type,
+        entity_id: &alert.entity_id,
+        subject: alert.subject.as_deref(),
+        payload: alert.payload.as_json(),
+        channels: &alert.channels,
+    };
+    let mut created = AlertCreated {
+        alert_id,
+        deliveries: fan_out(conn, &target, &recipients).await?,
+        background_expansion: false,
+    };
+    let original = if created.is_full_replay() {
+        let keys: Vec<String> = created.deliveries.iter().map(|d| d.key.clone()).collect();
+        alert_store::find_original_alert_id(&mut *conn, tenant, &keys).await?
+    } else {
+        None
+    };
+    match original {
+        Some(original) => created.alert_id = original,
+        None => alert_store::insert_alert(&mut *conn, tenant, &row).await?,
+    }
+    Ok(created)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Idempotency(#[from] IdempotencyError),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Either the result of this request, not yet committed, or the saved
+/// response of an earlier identical request.
+pub enum Submitted {
+    Fresh(PendingAlert),
+    Replayed(SavedResponse),
+}
+
+/// An alert written in a transaction that is still open. The caller renders
+/// its response from [`created`](Self::created) and hands it to
+/// [`commit`](Self::commit), which stores it with the alert when the request
+/// has an Idempotency-Key: the service stores what it is given and knows
+/// nothing of HTTP. Dropped without `commit`, everything rolls back and the
+/// key's lease expires.
+pub struct PendingAlert {
+    pool: PgPool,
+    tx: Transaction<'static, Postgres>,
+    lease: Option<Lease>,
+    created: AlertCreated,
+}
+
+impl PendingAlert {
+    pub fn created(&self) -> &AlertCreated {
+        &self.created
+    }
+
+    pub async fn commit(self, response: SavedResponse) -> Result<AlertCreated, SubmitError> {
+        let PendingAlert {
+            pool,
+            mut tx,
+            lease,
+            created,
+        } = self;
+        let committed = async {
+            if let Some(lease) = &lease {
+                lease.save(&mut tx, &response).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, SubmitError>(())
+        }
+        .await;
+        if let Err(err) = committed {
+            if let Some(lease) = lease {
+                lease.release(&pool).await;
+            }
+            return Err(err);
+        }
+        Ok(created)
+    }
+}
+
+/// `POST /v1/alerts`: with an Idempotency-Key, an identical earlier request's
+/// saved response is returned instead; otherwise the alert is written in a
+/// transaction the caller commits (see [`PendingAlert`]), so the alert and the
+/// saved response commit together (`crate::idempotency`).
+pub async fn submit(
+    pool: &PgPool,
+    config: &AlertsConfig,
+    tenant: Uuid,
+    idempotency: Option<IdempotencyRequest>,
+    alert: &AlertRequest,
+) -> Result<Submitted, SubmitError> {
+    let lease = match idempotency {
+        None => None,
+        Some(request) => {
+            match idempotency::begin(pool, tenant, request, config.idempotency_lease()).await? {
+                Begin::Replay(saved) => return Ok(Submitted::Replayed(saved)),
+                Begin::Proceed(lease) => Some(lease),
+            }
+        }
+    };
+    let attempt = async {
+        let mut tx = pool.begin().await?;
+        let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
+        Ok::<_, sqlx::Error>((tx, created))
+    }
+    .await;
+    match attempt {
+        Ok((tx, created)) => Ok(Submitted::Fresh(PendingAlert {
+            pool: pool.clone(),
+            tx,
+            lease,
+            created,
+        })),
+        Err(err) => {
+            if let Some(lease) = lease {
+                lease.release(pool).await;
+            }
+            Err(err.into())
+        }
+    }
+}
+
+/// What the inbox made of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    Created,
+    AlreadySeen,
+    Rejected,
+}
+
+/// The NATS inbox (ARCHITECTURE.md, invariant 8): ONE transaction records the
+/// message id and creates the alert; a message id seen before changes nothing.
+/// A message for a tenant that does not exist is rejected.
+pub async fn submit_from_inbox(
+    pool: &PgPool,
+    thresholds: &FanoutThresholds,
+    message_id: &str,
+    tenant: Uuid,
+    alert: &AlertRequest,
+) -> sqlx::Result<Handled> {
+    if !tenant_store::tenant_exists(pool, tenant).await? {
+        let reason = format!("unknown tenant {tenant}");
+        return reject_inbox_message(pool, message_id, &reason).await;
+    }
+    let mut tx = pool.begin().await?;
+    if !inbox::insert_message(
+        &mut *tx,
+        message_id,
+        Some(tenant),
+        InboxOutcome::Created,
+        None,
+    )
+    .await?
+    {
+        return Ok(Handled::AlreadySeen);
+    }
+    let created = create_alert(&mut tx, tenant, alert, thresholds).await?;
+    let outcome = if created.is_full_replay() {
+        InboxOutcome::Duplicate
+    } else {
+        InboxOutcome::Created
+    };
+    inbox::set_message_alert(&mut *tx, message_id, created.alert_id, outcome).await?;
+    tx.commit().await?;
+    tracing::info!(%message_id, alert_id = %created.alert_id, outcome = outcome.as_str(), "inbox message processed");
+    Ok(Handled::Created)
+}
+
+/// Records a message that can never become an alert (not JSON, invalid,
+/// unknown tenant), so an operator can find it.
+pub async fn reject_inbox_message(
+    pool: &PgPool,
+    message_id: &str,
+    reason: &str,
+) -> sqlx::Result<Handled> {
+    tracing::warn!(%message_id, reason, "rejecting poison message");
+    inbox::insert_message(pool, message_id, None, InboxOutcome::Rejected, Some(reason)).await?;
+    Ok(Handled::Rejected)
+}

@@ -1,0 +1,70 @@
+//! Credentials themselves: API keys (random, stored only as a SHA-256 hash),
+//! signing secrets, and user tokens (HS256 JWTs with claims `sub`, `tid`,
+//! `exp`). The tenants service issues them; `crate::auth` checks them on
+//! every request.
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+pub const API_KEY_PREFIX: &str = "tdk_";
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UserClaims {
+    pub sub: String,
+    pub tid: String,
+    pub exp: i64,
+}
+
+/// Mints a user token exactly as a tenant's backend would.
+pub fn mint_user_token(
+    secret: &str,
+    tenant_id: Uuid,
+    user_id: &str,
+    exp: i64,
+) -> anyhow::Result<String> {
+    let claims = UserClaims {
+        sub: user_id.to_string(),
+        tid: tenant_id.to_string(),
+        exp,
+    };
+    Ok(jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )?)
+}
+
+pub fn new_api_key() -> String {
+    format!("{API_KEY_PREFIX}{}", random_token(32))
+}
+
+pub fn new_signing_secret() -> String {
+    random_token(32)
+}
+
+pub fn random_token(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::thread_rng().fill_bytes(&mut buf);
+    URL_SAFE_NO_PAD.encode(buf)
+}
+
+pub fn hash_api_key(key: &str) -> Vec<u8> {
+    Sha256::digest(key.as_bytes()).to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_are_prefixed_random_and_hash_to_32_bytes() {
+        let (a, b) = (new_api_key(), new_api_key());
+        assert!(a.starts_with(API_KEY_PREFIX));
+        assert_ne!(a, b);
+        assert_eq!(hash_api_key(&a).len(), 32);
+    }
+}

@@ -1,0 +1,182 @@
+//! Deliveries (the outbox, table `deliveries`): written in the alert's
+//! transaction (ARCHITECTURE.md, invariant 6), read and re-queued by
+//! operators. The workers' claim and completion are in `store::outbox`.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use tidings_core::Channel;
+use uuid::Uuid;
+
+use super::notify::{notify, NotifyChannel};
+use crate::deliveries::status::DeliveryStatus;
+
+/// Column-wise rows for `insert_deliveries`.
+#[derive(Debug, Default)]
+pub struct DeliveryColumns {
+    pub keys: Vec<String>,
+    pub recipients: Vec<String>,
+    pub channels: Vec<&'static str>,
+    pub endpoint_ids: Vec<Option<Uuid>>,
+    pub statuses: Vec<DeliveryStatus>,
+    pub errors: Vec<Option<String>>,
+}
+
+impl DeliveryColumns {
+    pub fn push(
+        &mut self,
+        key: &str,
+        recipient: &str,
+        channel: Channel,
+        endpoint: Option<Uuid>,
+        status: DeliveryStatus,
+        error: Option<&str>,
+    ) {
+        self.keys.push(key.to_owned());
+        self.recipients.push(recipient.to_owned());
+        self.channels.push(channel.as_str());
+        self.endpoint_ids.push(endpoint);
+        self.statuses.push(status);
+        self.errors.push(error.map(str::to_owned));
+    }
+}
+
+/// Outbox entries, written in the alert's transaction. `sent` rows (in-app,
+/// delivered by this very transaction) get their `sent_at`.
+pub async fn insert_deliveries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+    rows: &DeliveryColumns,
+) -> sqlx::Result<u64> {
+    if rows.keys.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "INSERT INTO deliveries
+             (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
+              last_error, sent_at)
+         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
+                AS t(k, r, c, e, s, err)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(&rows.keys)
+    .bind(&rows.recipients)
+    .bind(&rows.channels)
+    .bind(&rows.endpoint_ids)
+    .bind(&rows.statuses)
+    .bind(&rows.errors)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Wakes the outbox workers when the surrounding transaction commits.
+pub async fn notify_outbox(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
+    notify(db, NotifyChannel::Outbox, &tenant.to_string()).await
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeliveryRow {
+    pub id: i64,
+    pub alert_id: Uuid,
+    pub recipient_id: String,
+    #[sqlx(try_from = "String")]
+    pub channel: Channel,
+    pub notification_key: String,
+    pub endpoint_id: Option<Uuid>,
+    pub status: DeliveryStatus,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+const DELIVERY_COLUMNS: &str =
+    "id, alert_id, recipient_id, channel, notification_key, endpoint_id, status, \
+     attempts, last_error, next_attempt_at, sent_at, created_at";
+
+pub async fn list_alert_deliveries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+) -> sqlx::Result<Vec<DeliveryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE tenant_id = $1 AND alert_id = $2 ORDER BY id"
+    ))
+    .bind(tenant)
+    .bind(alert_id)
+    .fetch_all(db)
+    .await
+}
+
+/// Deliveries in id order after `after_id`, optionally of one status, at
+/// most `limit`.
+pub async fn list_deliveries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    status: Option<DeliveryStatus>,
+    after_id: Option<i64>,
+    limit: i64,
+) -> sqlx::Result<Vec<DeliveryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries
+          WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND id > $3
+          ORDER BY id LIMIT $4"
+    ))
+    .bind(tenant)
+    .bind(status)
+    .bind(after_id.unwrap_or(0))
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// A delivery locked for an operator's decision.
+#[derive(Debug, sqlx::FromRow)]
+pub struct LockedDelivery {
+    #[sqlx(flatten)]
+    pub delivery: DeliveryRow,
+    /// Seconds until the lease of the worker holding it ends (by the
+    /// database's clock); `None` when no lease was ever taken.
+    pub lease_left_secs: Option<f64>,
+}
+
+/// Locks one delivery; `None` when it is not this tenant's.
+pub async fn lock_delivery(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<LockedDelivery>> {
+    sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS},
+                EXTRACT(EPOCH FROM claimed_until - now())::float8 AS lease_left_secs
+           FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Operator re-queue: back to `pending`, due now, with a fresh attempt budget.
+pub async fn requeue_delivery(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    id: i64,
+) -> sqlx::Result<DeliveryRow> {
+    sqlx::query_as(&format!(
+        "UPDATE deliveries
+            SET status = $3, attempts = 0, next_attempt_at = now(), claimed_until = NULL
+          WHERE tenant_id = $1 AND id = $2
+          RETURNING {DELIVERY_COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .bind(DeliveryStatus::Pending)
+    .fetch_one(db)
+    .await
+}

@@ -1,0 +1,102 @@
+//! NOTIFY: the channel names are defined here, once. The SQL binds them
+//! (`pg_notify($1, $2)`) and the listeners (`crate::listen`) subscribe to them.
+//!
+//! A notification is delivered when the sending transaction commits and not at
+//! all when it rolls back, so listeners hear of exactly what happened. It may
+//! still be lost while a listener is disconnected: every listener treats a
+//! notification as a hint and recovers on reconnect (polls, or flushes).
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+/// The channels the server notifies and listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyChannel {
+    /// A user's memberships changed: every instance drops its cached copy.
+    Cache,
+    /// Deliveries became due: outbox workers claim at once instead of polling.
+    Outbox,
+    /// A team alert awaits background expansion.
+    Expansion,
+}
+
+impl NotifyChannel {
+    pub const fn name(self) -> &'static str {
+        match self {
+            NotifyChannel::Cache => "tidings_cache",
+            NotifyChannel::Outbox => "tidings_outbox",
+            NotifyChannel::Expansion => "tidings_expansion",
+        }
+    }
+}
+
+/// Sends `payload` on `channel` when the caller's transaction commits.
+pub async fn notify(
+    db: impl PgExecutor<'_>,
+    channel: NotifyChannel,
+    payload: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel.name())
+        .bind(payload)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+const MEMBERSHIPS_PREFIX: &str = "memberships:";
+
+/// The payload on [`NotifyChannel::Cache`] saying a user's teams changed. A
+/// tenant id is a UUID (no `:`), so the user id after it may contain anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipsChanged {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+}
+
+impl MembershipsChanged {
+    pub fn payload(&self) -> String {
+        format!("{MEMBERSHIPS_PREFIX}{}:{}", self.tenant_id, self.user_id)
+    }
+
+    pub fn parse(payload: &str) -> Option<Self> {
+        let rest = payload.strip_prefix(MEMBERSHIPS_PREFIX)?;
+        let (tenant, user) = rest.split_once(':')?;
+        Some(MembershipsChanged {
+            tenant_id: tenant.parse().ok()?,
+            user_id: user.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_notices_round_trip_whatever_the_user_id() {
+        let tenant_id = Uuid::now_v7();
+        for user in ["u1", "a:b:c", "ünïcödé", " "] {
+            let notice = MembershipsChanged {
+                tenant_id,
+                user_id: user.to_string(),
+            };
+            assert_eq!(MembershipsChanged::parse(&notice.payload()), Some(notice));
+        }
+        assert_eq!(MembershipsChanged::parse("other:x"), None);
+        assert_eq!(MembershipsChanged::parse("memberships:not-a-uuid:u"), None);
+    }
+
+    #[test]
+    fn channel_names_are_distinct() {
+        let names = [
+            NotifyChannel::Cache.name(),
+            NotifyChannel::Outbox.name(),
+            NotifyChannel::Expansion.name(),
+        ];
+        assert!(names
+            .iter()
+            .enumerate()
+            .all(|(i, a)| names[i + 1..].iter().all(|b| a != b)));
+    }
+}

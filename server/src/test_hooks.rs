@@ -1,0 +1,26 @@
+//! Crash hooks for the failure tests: every promise about crashes is shown by
+//! causing the crash. Compiled only with the `test-hooks` cargo feature, which
+//! the tests crate enables; a release build (`cargo build --release -p
+//! tidings-server`) has neither the code nor the variable names.
+
+/// `TIDINGS_TEST_CRASH_BEFORE_ACK=1`: the NATS inbox aborts the process right
+/// after committing a new alert and before acking its message.
+pub const CRASH_BEFORE_ACK: &str = "TIDINGS_TEST_CRASH_BEFORE_ACK";
+
+/// Whether the hook named `env` is armed in this process.
+pub fn armed(env: &str) -> bool {
+    std::env::var(env).is_ok_and(|v| v == "1")
+}
+
+/// Aborts the process (no unwinding, no shutdown: a crash) when `env` is armed.
+pub fn crash_if_armed(env: &str, context: &str) {
+    if armed(env) {
+        tracing::error!(context, "{env}=1: aborting");
+        std::process::abort();
+    }
+}
+
+/// Logged at start-up, so a binary with hooks is never mistaken for a release.
+pub fn announce() {
+    tracing::warn!("built with the test-hooks feature: crash hooks are compiled in");
+}

@@ -1,0 +1,377 @@
+//! Every SQL statement the integration tests run. Test files hold none: they
+//! set up through the API ([`crate::client`]) and come here only where SQL is
+//! the point, for one of three reasons, named on each function:
+//!
+//! - **look**: read what no operation shows (row counts behind an answer, a
+//!   column the API never returns, a hash that must not contain the key), so a
+//!   test can prove what was *stored*, not only what was answered;
+//! - **hold**: keep a lock or a transaction open from outside the server, to
+//!   put a request or a reader in the race the test is about;
+//! - **stage**: put a row in a state no caller can reach in test time (a
+//!   delivery the workers gave up on hours later, a rotated secret's grace
+//!   ended, a migration record lost).
+//!
+//! Each test has its own database, so statements without a tenant filter see
+//! that test's rows only.
+
+use std::{collections::HashMap, time::Duration};
+
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+
+use crate::{admin_url, TestTenant};
+
+/// Rows to count.
+#[derive(Debug, Clone, Copy)]
+pub enum Rows {
+    Tenants,
+    Alerts,
+    Notifications,
+    Deliveries,
+    /// Webhook deliveries written with no endpoint (skipped at write time).
+    WebhookDeliveriesWithoutEndpoint,
+    InboxItems,
+    InboxMessages,
+    /// NATS messages recorded as rejected, with their reason.
+    RejectedInboxMessages,
+    IdempotencyKeys,
+    Events,
+    Memberships,
+    ItemReads,
+}
+
+impl Rows {
+    /// (table, condition)
+    fn source(self) -> (&'static str, &'static str) {
+        match self {
+            Rows::Tenants => ("tenants", "true"),
+            Rows::Alerts => ("alerts", "true"),
+            Rows::Notifications => ("notifications", "true"),
+            Rows::Deliveries => ("deliveries", "true"),
+            Rows::WebhookDeliveriesWithoutEndpoint => {
+                ("deliveries", "channel = 'webhook' AND endpoint_id IS NULL")
+            }
+            Rows::InboxItems => ("inbox_items", "true"),
+            Rows::InboxMessages => ("inbox_messages", "true"),
+            Rows::RejectedInboxMessages => (
+                "inbox_messages",
+                "outcome = 'rejected' AND error IS NOT NULL",
+            ),
+            Rows::IdempotencyKeys => ("idempotency_keys", "true"),
+            Rows::Events => ("events", "true"),
+            Rows::Memberships => ("memberships", "true"),
+            Rows::ItemReads => ("item_reads", "true"),
+        }
+    }
+}
+
+/// Look: how many `rows` the test's database holds.
+pub async fn count(pool: &PgPool, rows: Rows) -> i64 {
+    let (table, condition) = rows.source();
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {condition}"))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("counting {rows:?}: {e}"))
+}
+
+/// Look: how many `rows` belong to `tenant`.
+pub async fn count_for(pool: &PgPool, rows: Rows, tenant: &TestTenant) -> i64 {
+    let (table, condition) = rows.source();
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {table} WHERE {condition} AND tenant_id = $1"
+    ))
+    .bind(tenant.uuid())
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("counting {rows:?}: {e}"))
+}
+
+/// Polls [`count`] every 100 ms until it is `want`; panics after 15 s.
+pub async fn wait_for_count(pool: &PgPool, rows: Rows, want: i64) {
+    let mut got = -1;
+    for _ in 0..150 {
+        got = count(pool, rows).await;
+        if got == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{rows:?}: wanted {want}, got {got}");
+}
+
+/// Look: distinct (recipient, channel) pairs among `tenant`'s notifications.
+pub async fn distinct_notified_pairs(pool: &PgPool, tenant: &TestTenant) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT (recipient_id, channel)) FROM notifications WHERE tenant_id = $1",
+    )
+    .bind(tenant.uuid())
+    .fetch_one(pool)
+    .await
+    .expect("distinct pairs")
+}
+
+/// Look: `tenant`'s deliveries as (channel, status, count), ordered.
+pub async fn deliveries_by_channel_and_status(
+    pool: &PgPool,
+    tenant: &TestTenant,
+) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "SELECT channel, status, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .bind(tenant.uuid())
+    .fetch_all(pool)
+    .await
+    .expect("deliveries by channel and status")
+}
+
+/// Look: `tenant`'s deliveries addressed to one webhook endpoint.
+pub async fn deliveries_to_endpoint(pool: &PgPool, tenant: &TestTenant, endpoint_id: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND endpoint_id = $2::uuid",
+    )
+    .bind(tenant.uuid())
+    .bind(endpoint_id)
+    .fetch_one(pool)
+    .await
+    .expect("deliveries to endpoint")
+}
+
+/// Look: (recipient, channel, reason) of `tenant`'s skipped deliveries; the
+/// reason is stored, never answered.
+pub async fn skipped_reasons(
+    pool: &PgPool,
+    tenant: &TestTenant,
+) -> Vec<(String, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT recipient_id, channel, last_error FROM deliveries WHERE tenant_id = $1 AND status = 'skipped'
+          ORDER BY 1, 2",
+    )
+    .bind(tenant.uuid())
+    .fetch_all(pool)
+    .await
+    .expect("skipped reasons")
+}
+
+/// Look: a webhook endpoint's previous secret and the hours left of its
+/// grace, which the API never shows.
+pub async fn previous_secret(pool: &PgPool, endpoint_id: &str) -> (Option<String>, f64) {
+    sqlx::query_as(
+        "SELECT previous_secret, EXTRACT(EPOCH FROM previous_secret_expires_at - now())::float8 / 3600
+           FROM webhook_endpoints WHERE id = $1::uuid",
+    )
+    .bind(endpoint_id)
+    .fetch_one(pool)
+    .await
+    .expect("previous secret")
+}
+
+/// Look: whether any stored API key hash contains `fragment` (it must not:
+/// keys are stored only as hashes).
+pub async fn api_key_hashes_containing(pool: &PgPool, fragment: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM api_keys WHERE encode(key_hash, 'escape') LIKE '%' || $1 || '%'",
+    )
+    .bind(fragment)
+    .fetch_one(pool)
+    .await
+    .expect("api key hashes")
+}
+
+/// Look: every user's watermarks (seen tx, seen id, read tx, read id), by user.
+pub async fn feed_marks(pool: &PgPool) -> Vec<(i64, i64, i64, i64)> {
+    sqlx::query_as("SELECT seen_tx, seen_id, read_tx, read_id FROM feed_state ORDER BY user_id")
+        .fetch_all(pool)
+        .await
+        .expect("marks")
+}
+
+/// Look: the feed position (id, writing transaction) of the in-app item an
+/// alert wrote for notification `key`.
+pub async fn inbox_item_position(pool: &PgPool, tenant: &TestTenant, key: &str) -> (i64, i64) {
+    sqlx::query_as("SELECT id, tx FROM inbox_items WHERE tenant_id = $1 AND notification_key = $2")
+        .bind(tenant.uuid())
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .expect("inbox item")
+}
+
+/// Look: ids of the deliveries on `channel`, in id order.
+pub async fn delivery_ids(pool: &PgPool, channel: &str) -> Vec<i64> {
+    sqlx::query_scalar("SELECT id FROM deliveries WHERE channel = $1 ORDER BY id")
+        .bind(channel)
+        .fetch_all(pool)
+        .await
+        .expect("delivery ids")
+}
+
+/// Look: a tenant's deliveries by status (polled while workers run; the API
+/// would page through thousands of rows per poll).
+pub async fn status_counts(pool: &PgPool, tenant: &TestTenant) -> HashMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY status",
+    )
+    .bind(tenant.uuid())
+    .fetch_all(pool)
+    .await
+    .expect("status counts")
+    .into_iter()
+    .collect()
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct DeliveryRow {
+    pub notification_key: String,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub sent_at_set: bool,
+}
+
+impl DeliveryRow {
+    /// (status, attempts, whether `sent_at` is set)
+    pub fn outcome(&self) -> (&str, i32, bool) {
+        (self.status.as_str(), self.attempts, self.sent_at_set)
+    }
+}
+
+/// Look: the delivery of notification `key` (one endpoint per key in the
+/// tests that use it).
+pub async fn delivery(pool: &PgPool, tenant: &TestTenant, key: &str) -> DeliveryRow {
+    sqlx::query_as(
+        "SELECT notification_key, status, attempts, last_error, sent_at IS NOT NULL AS sent_at_set
+         FROM deliveries WHERE tenant_id = $1 AND notification_key = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .expect("delivery row")
+}
+
+/// Hold: takes the advisory lock an alert for (tenant, event type, entity)
+/// takes, in a transaction the caller keeps open; requests for that entity
+/// wait until it rolls back.
+pub async fn hold_alert_entity_lock(
+    pool: &PgPool,
+    tenant: &TestTenant,
+    event_type: &str,
+    entity_id: &str,
+) -> Transaction<'static, Postgres> {
+    let lock = tidings_server::alerts::entity_lock_key(
+        tenant.uuid(),
+        &tidings_core::EventType::parse(event_type).expect("event type"),
+        &tidings_core::EntityId::parse(entity_id).expect("entity id"),
+    );
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(lock)
+        .execute(&mut *blocker)
+        .await
+        .expect("advisory lock");
+    blocker
+}
+
+/// Hold: writes an event for `team` in a transaction that stays open until the
+/// caller commits it; returns (transaction, id, tx). A writer that took its
+/// transaction id first and commits last is what the API's own short
+/// transactions cannot stage.
+pub async fn event_in_open_transaction(
+    pool: &PgPool,
+    tenant: &TestTenant,
+    team: &str,
+    kind: &str,
+) -> (Transaction<'static, Postgres>, i64, i64) {
+    let mut tx = pool.begin().await.expect("begin");
+    let (id, txid): (i64, i64) = sqlx::query_as(
+        "INSERT INTO events (tenant_id, team_id, type, payload)
+         VALUES ($1, $2, $3, '{}') RETURNING id, tx",
+    )
+    .bind(tenant.uuid())
+    .bind(team)
+    .bind(kind)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("insert event");
+    (tx, id, txid)
+}
+
+/// Stage: deliveries the workers gave up on (ten failed attempts take hours).
+pub async fn stage_dead_deliveries(pool: &PgPool, ids: &[i64]) {
+    sqlx::query("UPDATE deliveries SET status = 'dead', attempts = 10, last_error = 'HTTP 500' WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(pool)
+        .await
+        .expect("stage dead");
+}
+
+/// Stage: a delivery a worker claimed and is sending right now.
+pub async fn stage_delivery_in_flight(pool: &PgPool, id: i64) {
+    sqlx::query("UPDATE deliveries SET status = 'sending', attempts = 1, claimed_until = now() + interval '1 minute' WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .expect("stage in flight");
+}
+
+/// Stage: ends the grace of an endpoint's rotated-out secret now instead of
+/// in 24 hours.
+pub async fn end_previous_secret_grace(pool: &PgPool, endpoint_id: &str) {
+    let done = sqlx::query(
+        "UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 second'
+          WHERE id = $1::uuid AND previous_secret IS NOT NULL",
+    )
+    .bind(endpoint_id)
+    .execute(pool)
+    .await
+    .expect("end grace");
+    assert_eq!(
+        done.rows_affected(),
+        1,
+        "endpoint {endpoint_id} was not rotated"
+    );
+}
+
+/// Stage: forgets the newest applied migration, so the binary knows more
+/// migrations than the database has.
+pub async fn forget_last_migration(pool: &PgPool) {
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(pool)
+    .await
+    .expect("forget migration");
+}
+
+/// Look: waits until feeds serve what transaction `tx` wrote: until every
+/// transaction that could still write below it has ended (the snapshot's
+/// xmin passed it). xmin is cluster-wide, so other tests' open transactions
+/// delay it too.
+pub async fn until_served(tx: i64) {
+    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let xmin: i64 =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                .fetch_one(&mut conn)
+                .await
+                .expect("xmin");
+        if xmin > tx {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "transaction {tx} not served after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Look: waits until feeds serve everything committed before this call.
+pub async fn until_all_served() {
+    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    let now: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut conn)
+        .await
+        .expect("xid");
+    until_served(now).await;
+}
