@@ -318,9 +318,12 @@ fn check_numbers(v: &Value, path: &str, problems: &mut Vec<String>) {
 /// (from the results JSON's `machine.postgres.table_options`; older files
 /// have none).
 fn table_options_line(tables: &Value) -> String {
-    let Some(tables) = tables.as_object().filter(|t| !t.is_empty()) else {
-        return "no per-table settings".into();
+    let Some(tables) = tables.as_object() else {
+        return "per-table settings not recorded".into();
     };
+    if tables.is_empty() {
+        return "no per-table settings".into();
+    }
     tables
         .iter()
         .map(|(table, options)| {
