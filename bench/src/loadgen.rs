@@ -36,6 +36,8 @@ pub struct Tools {
     pub oha: PathBuf,
     pub wrk: PathBuf,
     pub pgbench: PathBuf,
+    /// Reads the bench cluster's WAL: record counts by type (drain-peer).
+    pub pg_waldump: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +97,7 @@ impl Tools {
             "oha": first_line(&self.oha, "--version").await,
             "wrk": first_line(&self.wrk, "--version").await,
             "pgbench": first_line(&self.pgbench, "--version").await,
+            "pg_waldump": first_line(&self.pg_waldump, "--version").await,
         })
     }
 

@@ -25,7 +25,18 @@ use crate::{
 };
 
 /// Every workload, in the order they run.
-const WORKLOADS: &[&str] = &["health", "feed", "fanout", "ingest", "drain", "mixed"];
+const WORKLOADS: &[&str] = &[
+    "health",
+    "feed",
+    "fanout",
+    "ingest",
+    "drain",
+    "drain-peer",
+    "mixed",
+];
+
+/// The README's overview chart: every ratio of the latest results ÷ its target.
+const OVERVIEW_PLOT: &str = "latest-ratios.png";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +46,8 @@ const WORKLOADS: &[&str] = &["health", "feed", "fanout", "ingest", "drain", "mix
 struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
-    /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain, mixed.
+    /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
+    /// drain-peer, mixed.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -68,6 +80,12 @@ struct Args {
     wrk: PathBuf,
     #[arg(long, default_value = "pgbench")]
     pgbench: PathBuf,
+    #[arg(long, default_value = "pg_waldump")]
+    pg_waldump: PathBuf,
+    /// Redraw the plots of every results JSON in --out-dir (and the README
+    /// section with --readme) from the figures stored in it, then exit.
+    #[arg(long)]
+    replot: bool,
     /// Rewrite the bench/sql files built by server functions (`-- source-fn:`)
     /// from the current server code, then exit.
     #[arg(long)]
@@ -110,6 +128,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let out_dir = repo.join(&args.out_dir);
+    if args.replot {
+        plots::init_fonts()?;
+        for run in report::StoredRun::all_in(&out_dir)? {
+            replot(&run, &out_dir)?;
+            eprintln!("redrew the plots of {}", run.stem);
+        }
+        if let Some(readme) = &args.readme {
+            write_readme(&repo, readme, &out_dir)?;
+        }
+        return Ok(true);
+    }
     let work_dir = repo.join("target/bench/work");
     std::fs::create_dir_all(&out_dir)?;
     std::fs::create_dir_all(&work_dir)?;
@@ -162,6 +191,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         oha: args.oha.clone(),
         wrk: args.wrk.clone(),
         pgbench: args.pgbench.clone(),
+        pg_waldump: args.pg_waldump.clone(),
     };
     let load_generators = tools.versions().await;
     let stem = format!("{}-{}", started_at.format("%Y-%m-%d"), args.git_sha);
@@ -195,6 +225,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "fanout" => workloads::fanout::run(&ctx).await,
             "ingest" => workloads::ingest::run(&ctx).await,
             "drain" => workloads::drain::run(&ctx).await,
+            "drain-peer" => workloads::drain_peer::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
@@ -231,10 +262,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         workloads: results,
     };
     // The ratio overview plot, when there is anything to show.
-    let ratios: Vec<_> = report.ratios().cloned().collect();
-    if !ratios.is_empty() {
+    if report.ratios().any(|r| r.target.is_some()) {
         let file = format!("{stem}-ratios.png");
-        plots::ratio_chart(&out_dir.join(&file), &ratios)?;
+        let ratios: Vec<_> = report.ratios().cloned().collect();
+        plots::target_chart(
+            &out_dir.join(&file),
+            &ratio_title(&report.tier, &args.git_sha),
+            &ratios,
+        )?;
         if let Some(first) = report.workloads.first_mut() {
             first.plots.insert(0, file);
         }
@@ -242,16 +277,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     report.wall_seconds = started.elapsed().as_secs_f64();
     let (json_path, md_path) = report::write_all(&report, &out_dir, &stem, ".")?;
     if let Some(readme) = &args.readme {
-        let rel = out_dir
-            .strip_prefix(
-                readme
-                    .parent()
-                    .map(|p| repo.join(p))
-                    .unwrap_or(repo.clone()),
-            )
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| out_dir.display().to_string());
-        update_readme(&repo.join(readme), &report::markdown(&report, &rel))?;
+        write_readme(&repo, readme, &out_dir)?;
     }
     eprintln!(
         "==> wrote {} and {}",
@@ -291,19 +317,76 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 const README_START: &str = "<!-- bench:results:start -->";
 const README_END: &str = "<!-- bench:results:end -->";
 
-fn update_readme(path: &std::path::Path, summary: &str) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+fn ratio_title(tier: &str, sha: &str) -> String {
+    format!("Tier {tier}, run {sha}: each ratio ÷ its target (1 = target; right of it = met)")
+}
+
+/// Redraws one stored run's plots from its figures (the file names it lists).
+fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<()> {
+    for w in &run.workloads {
+        for file in &w.plots {
+            let path = out_dir.join(file);
+            if report::is_run_ratio_chart(file) {
+                let ratios: Vec<_> = run
+                    .workloads
+                    .iter()
+                    .flat_map(|w| w.ratios.iter().cloned())
+                    .collect();
+                let title = ratio_title(
+                    run.json["tier"].as_str().unwrap_or("?"),
+                    run.json["git_sha"].as_str().unwrap_or("?"),
+                );
+                plots::target_chart(&path, &title, &ratios)?;
+            } else {
+                match w.name.as_str() {
+                    "fanout" => workloads::fanout::plot(&path, &w.figures)?,
+                    "drain" => workloads::drain::plot_soak(&path, &w.figures)?,
+                    "drain-peer" => workloads::drain_peer::plot(&path, &w.figures)?,
+                    other => anyhow::bail!("no plot known for {file} of workload {other}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites the README's results section from the latest tier M result of
+/// each workload in `out_dir`, with the overview chart of their ratios.
+fn write_readme(
+    repo: &std::path::Path,
+    readme: &std::path::Path,
+    out_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let runs: Vec<report::StoredRun> = report::StoredRun::all_in(out_dir)?
+        .into_iter()
+        .filter(|r| r.json["tier"] == "M")
+        .collect();
+    let latest = report::latest_by_workload(&runs);
+    let ratios: Vec<_> = latest
+        .iter()
+        .flat_map(|(_, w)| w.ratios.iter().cloned())
+        .collect();
+    plots::target_chart(
+        &out_dir.join(OVERVIEW_PLOT),
+        "Where Tidings stands: each ratio ÷ its target (1 = target; right of it = met)",
+        &ratios,
+    )?;
+    let readme_path = repo.join(readme);
+    let rel = out_dir
+        .strip_prefix(readme_path.parent().unwrap_or(repo))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| out_dir.display().to_string());
+    let block = report::readme_block(&latest, &rel, Some(OVERVIEW_PLOT));
+    let text = std::fs::read_to_string(&readme_path).unwrap_or_default();
     let (head, tail) = match (text.find(README_START), text.find(README_END)) {
         (Some(a), Some(b)) if a < b => (&text[..a], &text[b + README_END.len()..]),
         _ => (text.as_str(), "\n"),
     };
-    // The summary's own title becomes a section of the README.
-    let body = summary.replacen("# ", "## Latest results: ", 1);
     std::fs::write(
-        path,
-        format!("{head}{README_START}\n{body}\n{README_END}{tail}"),
+        &readme_path,
+        format!("{head}{README_START}\n{block}\n{README_END}{tail}"),
     )
-    .with_context(|| format!("writing {}", path.display()))
+    .with_context(|| format!("writing {}", readme_path.display()))
 }
 
 fn machine_facts(postgres: pg::PgFacts, load_generators: serde_json::Value) -> Machine {

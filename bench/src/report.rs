@@ -4,7 +4,7 @@
 use std::{fmt::Write as _, path::Path};
 
 use anyhow::{bail, Context};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::stats::Spread;
@@ -13,7 +13,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// A headline ratio: numerator and denominator measured in the same run,
 /// interleaved, one ratio per repetition.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ratio {
     pub name: String,
     pub numerator: String,
@@ -51,7 +51,7 @@ impl Ratio {
 }
 
 /// An absolute aim ("feed first page p99 < 10 ms").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Aim {
     pub name: String,
     pub value: f64,
@@ -86,7 +86,7 @@ impl Aim {
 }
 
 /// A table for the markdown summary (its figures are also in `figures`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Table {
     pub title: String,
     pub columns: Vec<String>,
@@ -106,7 +106,7 @@ impl Table {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
     Ok,
@@ -119,7 +119,7 @@ pub enum Status {
     },
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkloadResult {
     pub name: String,
     #[serde(flatten)]
@@ -281,6 +281,8 @@ fn may_be_zero(path: &str) -> bool {
         "bytes",
         "rows",
         "level",
+        "records",
+        "stat_",
     ]
     .iter()
     .any(|k| last.contains(k))
@@ -312,14 +314,27 @@ fn check_numbers(v: &Value, path: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// `deliveries: autovacuum_vacuum_scale_factor=0.01, …` for the report header.
-fn table_options_line(tables: &std::collections::BTreeMap<String, Vec<String>>) -> String {
+/// `deliveries: autovacuum_vacuum_scale_factor=0.01, …` for the report header
+/// (from the results JSON's `machine.postgres.table_options`; older files
+/// have none).
+fn table_options_line(tables: &Value) -> String {
+    let Some(tables) = tables.as_object() else {
+        return "per-table settings not recorded".into();
+    };
     if tables.is_empty() {
         return "no per-table settings".into();
     }
     tables
         .iter()
-        .map(|(table, options)| format!("{table}: {}", options.join(", ")))
+        .map(|(table, options)| {
+            let options: Vec<&str> = options
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str())
+                .collect();
+            format!("{table}: {}", options.join(", "))
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -331,49 +346,73 @@ pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
         "# Tidings benchmark — tier {} — {}\n",
         report.tier, report.started_at
     );
-    let pg = &report.machine.postgres;
-    let s = |k: &str| pg.settings.get(k).cloned().unwrap_or_default();
     let _ = writeln!(
         md,
+        "{}\n",
+        run_header(&serde_json::to_value(report).unwrap_or_default())
+    );
+    let _ = writeln!(
+        md,
+        "## Ratios (same run, interleaved, median and range over the repetitions)\n"
+    );
+    let ratios: Vec<&Ratio> = report.ratios().collect();
+    md.push_str(&ratio_table(&ratios, None));
+    let aims: Vec<&Aim> = report.aims().collect();
+    if !aims.is_empty() {
+        let _ = writeln!(md, "\n## Absolute aims\n");
+        md.push_str(&aim_table(&aims, None));
+    }
+    for w in &report.workloads {
+        md.push_str(&workload_section(w, plot_dir_rel, None));
+    }
+    md
+}
+
+/// Commit, command, machine, PostgreSQL, load generators and seed of one run
+/// (from its results JSON).
+pub fn run_header(report: &Value) -> String {
+    let m = &report["machine"];
+    let pg = &m["postgres"];
+    let s = |k: &str| pg["settings"][k].as_str().unwrap_or("?").to_string();
+    let version = pg["version"].as_str().unwrap_or("?");
+    format!(
         "Commit `{}`, command `{}`, wall time {:.0} s.  \nMachine: {} cores ({}), {:.1} GiB memory, {}.  \n\
          PostgreSQL: {} — shared_buffers {}, synchronous_commit {}, fsync {}, max_wal_size {}, jit {}, autovacuum {} ({}).  \n\
-         Load generators: {}.\n",
-        report.git_sha,
-        report.command,
-        report.wall_seconds,
-        report.machine.nproc,
-        report.machine.cpu_model,
-        report.machine.mem_total_bytes as f64 / (1u64 << 30) as f64,
-        report.machine.kernel,
-        pg.version.split(" on ").next().unwrap_or(&pg.version),
+         Load generators: {}.\n\nSeed: {}",
+        report["git_sha"].as_str().unwrap_or("?"),
+        report["command"].as_str().unwrap_or("?"),
+        report["wall_seconds"].as_f64().unwrap_or(f64::NAN),
+        m["nproc"],
+        m["cpu_model"].as_str().unwrap_or("?"),
+        m["mem_total_bytes"].as_f64().unwrap_or(0.0) / (1u64 << 30) as f64,
+        m["kernel"].as_str().unwrap_or("?"),
+        version.split(" on ").next().unwrap_or(version),
         s("shared_buffers"),
         s("synchronous_commit"),
         s("fsync"),
         s("max_wal_size"),
         s("jit"),
         s("autovacuum"),
-        table_options_line(&pg.table_options),
-        report.machine.load_generators,
-    );
-    let _ = writeln!(md, "Seed: {}\n", seed_line(&report.seed));
+        table_options_line(&pg["table_options"]),
+        m["load_generators"],
+        seed_line(&report["seed"]),
+    )
+}
 
+/// The ratios table; `run` adds a column naming the run each ratio is from.
+fn ratio_table(ratios: &[&Ratio], run: Option<&[String]>) -> String {
+    let mut md = String::new();
+    let extra = if run.is_some() { " run |" } else { "" };
     let _ = writeln!(
         md,
-        "## Ratios (same run, interleaved, median and range over the repetitions)\n"
+        "| ratio | median (min–max) | target | met | numerator | denominator |{extra}\n|---|---|---|---|---|---|{}",
+        if run.is_some() { "---|" } else { "" }
     );
-    let _ = writeln!(
-        md,
-        "| ratio | numerator | denominator | median (min–max) | target | met |\n|---|---|---|---|---|---|"
-    );
-    for r in report.ratios() {
+    for (i, r) in ratios.iter().enumerate() {
         let _ = writeln!(
             md,
-            "| {} | {} = {} | {} = {} | **{}** | {} | {} |",
+            "| {} | **{}** | {} | {} | {} = {} | {} = {} |{}",
             r.name,
-            r.numerator,
-            r.numerator_values.show(0),
-            r.denominator,
-            r.denominator_values.show(0),
             r.ratio.show(2),
             r.target
                 .map(|t| format!("≥ {t}"))
@@ -382,57 +421,236 @@ pub fn markdown(report: &Report, plot_dir_rel: &str) -> String {
                 Some(true) => "yes",
                 Some(false) => "**no**",
                 None => "—",
-            }
+            },
+            r.numerator,
+            r.numerator_values.show(0),
+            r.denominator,
+            r.denominator_values.show(0),
+            run.map(|runs| format!(" {} |", runs[i]))
+                .unwrap_or_default()
         );
     }
-    let aims: Vec<_> = report.aims().collect();
-    if !aims.is_empty() {
+    md
+}
+
+fn aim_table(aims: &[&Aim], run: Option<&[String]>) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "| aim | measured | target | met |{}\n|---|---|---|---|{}",
+        if run.is_some() { " run |" } else { "" },
+        if run.is_some() { "---|" } else { "" }
+    );
+    for (i, a) in aims.iter().enumerate() {
         let _ = writeln!(
             md,
-            "\n## Absolute aims\n\n| aim | measured | target | met |\n|---|---|---|---|"
+            "| {} | {:.2} {} | {} {} {} | {} |{}",
+            a.name,
+            a.value,
+            a.unit,
+            a.comparison,
+            a.target,
+            a.unit,
+            if a.met { "yes" } else { "**no**" },
+            run.map(|runs| format!(" {} |", runs[i]))
+                .unwrap_or_default()
         );
-        for a in aims {
+    }
+    md
+}
+
+/// One workload's tables, plots and notes; `from` names the run it comes from.
+fn workload_section(w: &WorkloadResult, plot_dir_rel: &str, from: Option<&str>) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## Workload: {} ({:.0} s)\n", w.name, w.seconds);
+    if let Some(from) = from {
+        let _ = writeln!(md, "From {from}.\n");
+    }
+    match &w.status {
+        Status::Ok => {}
+        Status::Skipped { reason } => {
+            let _ = writeln!(md, "Not measured: {reason}");
+            return md;
+        }
+        Status::Failed { error } => {
+            let _ = writeln!(md, "FAILED: `{error}`");
+            return md;
+        }
+    }
+    for t in &w.tables {
+        let _ = writeln!(md, "**{}**\n", t.title);
+        let _ = writeln!(md, "| {} |", t.columns.join(" | "));
+        let _ = writeln!(md, "|{}", "---|".repeat(t.columns.len()));
+        for row in &t.rows {
+            let _ = writeln!(md, "| {} |", row.join(" | "));
+        }
+        md.push('\n');
+    }
+    for p in &w.plots {
+        let _ = writeln!(md, "![{}]({}/{})\n", w.name, plot_dir_rel, p);
+    }
+    for n in &w.notes {
+        let _ = writeln!(md, "- {n}");
+    }
+    md
+}
+
+/// A run's own chart of its ratios (`<stem>-ratios.png`).
+pub fn is_run_ratio_chart(file: &str) -> bool {
+    file.ends_with("-ratios.png")
+}
+
+/// A results file read back: its name stem and contents.
+pub struct StoredRun {
+    pub stem: String,
+    pub json: Value,
+    pub workloads: Vec<WorkloadResult>,
+}
+
+impl StoredRun {
+    pub fn load(path: &Path) -> anyhow::Result<StoredRun> {
+        let json: Value = serde_json::from_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?;
+        let workloads = serde_json::from_value(json["workloads"].clone())
+            .with_context(|| format!("reading the workloads of {}", path.display()))?;
+        Ok(StoredRun {
+            stem: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            json,
+            workloads,
+        })
+    }
+
+    /// Every results JSON in `dir`, oldest first.
+    pub fn all_in(dir: &Path) -> anyhow::Result<Vec<StoredRun>> {
+        let mut runs = vec![];
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("json") {
+                runs.push(StoredRun::load(&path)?);
+            }
+        }
+        runs.sort_by(|a, b| {
+            let key = |r: &StoredRun| r.json["started_at"].as_str().unwrap_or("").to_string();
+            key(a).cmp(&key(b))
+        });
+        Ok(runs)
+    }
+
+    fn label(&self, plot_dir_rel: &str) -> String {
+        format!(
+            "[`{}`]({plot_dir_rel}/{}.md)",
+            self.json["git_sha"].as_str().unwrap_or(&self.stem),
+            self.stem
+        )
+    }
+}
+
+/// The latest successful result of every workload among `runs` (oldest
+/// first), each with the run it comes from.
+pub fn latest_by_workload(runs: &[StoredRun]) -> Vec<(&StoredRun, &WorkloadResult)> {
+    let mut latest: Vec<(&StoredRun, &WorkloadResult)> = vec![];
+    for run in runs {
+        for w in &run.workloads {
+            if !matches!(w.status, Status::Ok) {
+                continue;
+            }
+            match latest.iter_mut().find(|(_, l)| l.name == w.name) {
+                Some(slot) => *slot = (run, w),
+                None => latest.push((run, w)),
+            }
+        }
+    }
+    latest
+}
+
+/// The README's results section: where Tidings stands against every anchor,
+/// from the latest run of each workload, then each workload's tables and plots.
+pub fn readme_block(
+    latest: &[(&StoredRun, &WorkloadResult)],
+    plot_dir_rel: &str,
+    overview_plot: Option<&str>,
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Where Tidings stands (latest tier M result of each workload)\n"
+    );
+    let _ = writeln!(
+        md,
+        "Every ratio is measured within one run, interleaved, against its anchor \
+         (pgbench of the server's own SQL, pgmq, the framework's ceiling…); the chart \
+         divides each by its target, so 1 is the line to beat.\n"
+    );
+    if let Some(p) = overview_plot {
+        let _ = writeln!(
+            md,
+            "![each ratio divided by its target]({plot_dir_rel}/{p})\n"
+        );
+    }
+    let mut ratios = vec![];
+    let mut ratio_runs = vec![];
+    let mut aims = vec![];
+    let mut aim_runs = vec![];
+    for (run, w) in latest {
+        for r in &w.ratios {
+            ratios.push(r);
+            ratio_runs.push(run.label(plot_dir_rel));
+        }
+        for a in &w.aims {
+            aims.push(a);
+            aim_runs.push(run.label(plot_dir_rel));
+        }
+    }
+    md.push_str(&ratio_table(&ratios, Some(&ratio_runs)));
+    if !aims.is_empty() {
+        let _ = writeln!(md, "\n**Absolute aims**\n");
+        md.push_str(&aim_table(&aims, Some(&aim_runs)));
+    }
+    let _ = writeln!(md, "\n**Plots**\n");
+    for (run, w) in latest {
+        for p in w.plots.iter().filter(|p| !is_run_ratio_chart(p)) {
             let _ = writeln!(
                 md,
-                "| {} | {:.2} {} | {} {} {} | {} |",
-                a.name,
-                a.value,
-                a.unit,
-                a.comparison,
-                a.target,
-                a.unit,
-                if a.met { "yes" } else { "**no**" }
+                "- {}: [{p}]({plot_dir_rel}/{p}) (run {})",
+                w.name,
+                run.label(plot_dir_rel)
             );
         }
     }
-    for w in &report.workloads {
-        let _ = writeln!(md, "\n## Workload: {} ({:.0} s)\n", w.name, w.seconds);
-        match &w.status {
-            Status::Ok => {}
-            Status::Skipped { reason } => {
-                let _ = writeln!(md, "Not measured: {reason}");
-                continue;
-            }
-            Status::Failed { error } => {
-                let _ = writeln!(md, "FAILED: `{error}`");
-                continue;
-            }
+    let mut seen: Vec<&str> = vec![];
+    for (run, _) in latest {
+        if seen.contains(&run.stem.as_str()) {
+            continue;
         }
-        for t in &w.tables {
-            let _ = writeln!(md, "**{}**\n", t.title);
-            let _ = writeln!(md, "| {} |", t.columns.join(" | "));
-            let _ = writeln!(md, "|{}", "---|".repeat(t.columns.len()));
-            for row in &t.rows {
-                let _ = writeln!(md, "| {} |", row.join(" | "));
-            }
-            md.push('\n');
-        }
-        for p in &w.plots {
-            let _ = writeln!(md, "![{}]({}/{})\n", w.name, plot_dir_rel, p);
-        }
-        for n in &w.notes {
-            let _ = writeln!(md, "- {n}");
-        }
+        seen.push(&run.stem);
+        let _ = writeln!(
+            md,
+            "\n**Run {}** — tier {}, {}.  \n{}",
+            run.label(plot_dir_rel),
+            run.json["tier"].as_str().unwrap_or("?"),
+            run.json["started_at"].as_str().unwrap_or("?"),
+            run_header(&run.json)
+        );
+    }
+    for (run, w) in latest {
+        // The overview chart above replaces each run's own ratio chart.
+        let mut w = (*w).clone();
+        w.plots.retain(|p| !is_run_ratio_chart(p));
+        md.push_str(&workload_section(
+            &w,
+            plot_dir_rel,
+            Some(&format!(
+                "run {} ({})",
+                run.label(plot_dir_rel),
+                run.json["started_at"].as_str().unwrap_or("?")
+            )),
+        ));
     }
     md
 }

@@ -1,14 +1,30 @@
 //! Medians, ranges and percentiles over repetitions.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median and range of one figure over the repetitions of a run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spread {
+    #[serde(deserialize_with = "nan_if_null")]
     pub median: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub min: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max: f64,
+    #[serde(deserialize_with = "nans_if_null")]
     pub samples: Vec<f64>,
+}
+
+/// JSON has no NaN: serde_json writes it as null; read null back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+fn nans_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?
+        .into_iter()
+        .map(|x| x.unwrap_or(f64::NAN))
+        .collect())
 }
 
 impl Spread {

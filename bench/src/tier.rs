@@ -43,6 +43,8 @@ pub struct Tier {
     pub fanout_writes: i64,
     /// Pending deliveries seeded for each drain measurement.
     pub drain_backlog: i64,
+    /// Pending messages per run of the drain-peer workload (pgmq vs the outbox).
+    pub peer_backlog: i64,
     /// Recipients per alert in the two ingest sizes (× 2 channels = deliveries).
     pub ingest_recipients: [usize; 2],
     /// Alerts created before the ingest measurements, for replays to hit.
@@ -76,6 +78,7 @@ impl Tier {
                 fanout_audiences: vec![1, 10, 100],
                 fanout_writes: 5,
                 drain_backlog: 500,
+                peer_backlog: 2_000,
                 ingest_recipients: [5, 50],
                 primed_alerts: 4,
                 soak: Duration::from_secs(3),
@@ -97,6 +100,7 @@ impl Tier {
                 fanout_audiences: vec![1, 10, 100, 1_000, 10_000],
                 fanout_writes: 20,
                 drain_backlog: 20_000,
+                peer_backlog: 200_000,
                 ingest_recipients: [5, 500],
                 primed_alerts: 64,
                 soak: Duration::from_secs(180),

@@ -20,7 +20,8 @@ use std::{
 
 use anyhow::Context;
 use serde_json::json;
-use sqlx::Row;
+use sqlx::PgConnection;
+use tidings_server::store::outbox::ClaimedDelivery;
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -39,20 +40,6 @@ const TENANT: i64 = 2;
 const BATCH: i64 = 100;
 const LEASE_MS: i64 = 60_000;
 const WORKERS: [usize; 3] = [1, 2, 4];
-
-async fn setup(ctx: &Ctx) -> anyhow::Result<Uuid> {
-    let endpoint = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
-         VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
-    )
-    .bind(tenant_uuid(TENANT))
-    .bind(endpoint)
-    .bind(&ctx.sink_url)
-    .execute(&ctx.pool)
-    .await?;
-    Ok(endpoint)
-}
 
 /// `n` pending webhook deliveries (one alert per 100), committed at once.
 async fn enqueue(ctx: &Ctx, endpoint: Uuid, n: i64, tag: &str) -> anyhow::Result<()> {
@@ -129,48 +116,76 @@ async fn start_workers(ctx: &Ctx, n: usize) -> anyhow::Result<Vec<Tidings>> {
     Ok(workers)
 }
 
-/// The store-only baseline: `loops` tasks claim and complete with the server's
-/// statements until nothing is due.
+/// The worker's claim and completion statements, as the drift-checked copies
+/// bench/sql/outbox_claim.sql and outbox_complete.sql hold them.
+pub struct OutboxStatements {
+    claim: Arc<str>,
+    complete: Arc<str>,
+}
+
+impl OutboxStatements {
+    pub fn load(repo: &std::path::Path) -> anyhow::Result<OutboxStatements> {
+        let first = |name: &str| -> anyhow::Result<Arc<str>> {
+            let file = SqlFile::load(&repo.join("bench/sql").join(name))?;
+            Ok(file
+                .statements
+                .first()
+                .with_context(|| format!("bench/sql/{name} is empty"))?
+                .trim_end_matches(';')
+                .into())
+        };
+        Ok(OutboxStatements {
+            claim: first("outbox_claim.sql")?,
+            complete: first("outbox_complete.sql")?,
+        })
+    }
+
+    /// Claims one batch with the worker's defaults (batch 100, lease 60 s,
+    /// webhooks), decodes it as the worker does, and records every row as
+    /// sent, as a worker whose sends all succeeded. Returns the rows (0:
+    /// nothing due).
+    pub async fn claim_and_complete(&self, conn: &mut PgConnection) -> anyhow::Result<usize> {
+        let rows: Vec<ClaimedDelivery> = sqlx::query_as(&self.claim)
+            .bind(BATCH)
+            .bind(LEASE_MS)
+            .bind(vec!["webhook".to_string()])
+            .fetch_all(&mut *conn)
+            .await?;
+        let n = rows.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
+        let written = sqlx::query(&self.complete)
+            .bind(&tenants)
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(vec!["sent"; n])
+            .bind(vec![None::<i64>; n])
+            .bind(vec![None::<String>; n])
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        anyhow::ensure!(written == n as u64, "completed {written} of {n} claimed");
+        Ok(n)
+    }
+}
+
+/// The store-only baseline: `loops` tasks, each on its own connection, claim
+/// and complete with the server's statements until nothing is due.
 async fn store_only_drain(ctx: &Ctx, loops: usize) -> anyhow::Result<()> {
-    let claim = SqlFile::load(&ctx.repo.join("bench/sql/outbox_claim.sql"))?;
-    let complete = SqlFile::load(&ctx.repo.join("bench/sql/outbox_complete.sql"))?;
-    let claim_sql: Arc<str> = claim.statements[0].trim_end_matches(';').into();
-    let complete_sql: Arc<str> = complete.statements[0].trim_end_matches(';').into();
+    let statements = Arc::new(OutboxStatements::load(&ctx.repo)?);
     let errors = Arc::new(Mutex::new(None));
     let mut tasks = vec![];
     for _ in 0..loops {
-        let (pool, claim_sql, complete_sql, errors) = (
-            ctx.pool.clone(),
-            claim_sql.clone(),
-            complete_sql.clone(),
-            errors.clone(),
-        );
+        let (pool, statements, errors) = (ctx.pool.clone(), statements.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let result: anyhow::Result<()> = async {
-                loop {
-                    let rows = sqlx::query(&claim_sql)
-                        .bind(BATCH)
-                        .bind(LEASE_MS)
-                        .bind(vec!["webhook".to_string()])
-                        .fetch_all(&pool)
-                        .await?;
-                    if rows.is_empty() {
-                        return Ok(());
-                    }
-                    let tenants: Vec<Uuid> = rows.iter().map(|r| r.get("tenant_id")).collect();
-                    let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
-                    let attempts: Vec<i32> = rows.iter().map(|r| r.get("attempts")).collect();
-                    let n = rows.len();
-                    sqlx::query(&complete_sql)
-                        .bind(&tenants)
-                        .bind(&ids)
-                        .bind(&attempts)
-                        .bind(vec!["sent"; n])
-                        .bind(vec![None::<i64>; n])
-                        .bind(vec![None::<String>; n])
-                        .execute(&pool)
-                        .await?;
-                }
+                let mut conn = pool.acquire().await?;
+                while statements.claim_and_complete(&mut conn).await? > 0 {}
+                Ok(())
             }
             .await;
             if let Err(err) = result {
@@ -209,7 +224,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         return Ok(WorkloadResult::skipped("drain", reason));
     }
     let mut w = WorkloadResult::new("drain");
-    let endpoint = setup(ctx).await?;
+    let endpoint = ctx.sink_endpoint(TENANT).await?;
     let backlog = ctx.tier.drain_backlog;
     let limit = Duration::from_secs(300);
 
@@ -335,24 +350,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     ]);
     w.tables.push(t);
     let (path, file) = ctx.plot_path("drain-soak");
-    plots::line_charts(
-        &path,
-        &[plots::Chart {
-            axes: plots::Axes {
-                title: "deliveries: dead tuples during the soak",
-                x_label: "seconds",
-                y_label: "n_dead_tup",
-                log_x: false,
-                log_y: false,
-            },
-            series: vec![plots::Series {
-                name: "dead tuples".into(),
-                points: soak.samples.clone(),
-                points_only: false,
-            }],
-            markers: vec![],
-        }],
-    )?;
     w.plots.push(file);
     w.notes.push(
         "The no-op sink is a loopback HTTP receiver in the harness answering 204 at once; the \
@@ -383,8 +380,40 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             "live_rows_at_start": soak.live_before,
         }),
     );
+    plot_soak(&path, &w.figures)?;
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
+}
+
+/// The soak's figure from its results JSON: do dead tuples stay bounded?
+pub fn plot_soak(path: &std::path::Path, figures: &serde_json::Value) -> anyhow::Result<()> {
+    let soak = &figures["soak"];
+    let points: Vec<(f64, f64)> = soak["dead_tuples"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+        .collect();
+    let title = format!(
+        "Do dead tuples stay bounded? deliveries, soak at {}/s",
+        plots::tick(soak["rate"].as_f64().unwrap_or(f64::NAN))
+    );
+    plots::line_charts(
+        path,
+        vec![plots::Chart {
+            axes: plots::Axes {
+                title: &title,
+                x_label: "seconds into the soak",
+                y_label: "dead tuples (n_dead_tup)",
+                log_x: false,
+                log_y: false,
+            },
+            series: vec![plots::Series::line("dead tuples in deliveries", points)],
+            markers: vec![],
+            x_ticks: None,
+            legend: None,
+        }],
+    )
 }
 
 struct Soak {

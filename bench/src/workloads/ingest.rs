@@ -167,19 +167,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         ));
     }
     let mut w = WorkloadResult::new("ingest");
-    // One webhook endpoint (the no-op sink's address; inserted directly, as the
-    // API refuses loopback URLs by default). Outbox workers are off in this
+    // One webhook endpoint, the no-op sink's. Outbox workers are off in this
     // server, so ingest is measured alone.
-    let endpoint = uuid::Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
-         VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
-    )
-    .bind(tenant_uuid(TENANT))
-    .bind(endpoint)
-    .bind(&ctx.sink_url)
-    .execute(&ctx.pool)
-    .await?;
+    let endpoint = ctx.sink_endpoint(TENANT).await?;
     let sizes = ctx.tier.ingest_recipients;
     let pgbench = pgbench_script(ctx)?;
     let tenant = tenant_uuid(TENANT).to_string();

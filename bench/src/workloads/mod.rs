@@ -2,6 +2,7 @@
 //! and the others still run.
 
 pub mod drain;
+pub mod drain_peer;
 pub mod fanout;
 pub mod feed;
 pub mod health;
@@ -45,6 +46,23 @@ pub struct Ctx {
 impl Ctx {
     pub fn sink_received(&self) -> u64 {
         self.sink_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A webhook endpoint of bench tenant `tenant` pointing at the no-op sink,
+    /// inserted directly (the API refuses loopback URLs by default).
+    pub async fn sink_endpoint(&self, tenant: i64) -> anyhow::Result<uuid::Uuid> {
+        let endpoint = uuid::Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
+             VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
+        )
+        .bind(crate::seed::tenant_uuid(tenant))
+        .bind(endpoint)
+        .bind(&self.sink_url)
+        .execute(&self.pool)
+        .await
+        .context("inserting the sink's webhook endpoint")?;
+        Ok(endpoint)
     }
 
     pub fn plot_path(&self, name: &str) -> (PathBuf, String) {

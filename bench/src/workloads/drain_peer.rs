@@ -1,0 +1,1078 @@
+//! Workload `drain-peer` (issue 15): the outbox's database work against pgmq,
+//! the best-known PostgreSQL queue, in one run.
+//!
+//! Systems, interleaved (their order rotates every round) at 1, 2 and 4 loops:
+//! - **pgmq read + archive** and **pgmq read + delete**: pgmq's SQL as the
+//!   `pgmq` crate embeds it, installed into the bench database without the C
+//!   extension, driven by the crate's own client (`read_batch`,
+//!   `archive_batch`, `delete_batch`) with a 60 s visibility timeout;
+//! - **Tidings claim + complete**: the worker's own statements
+//!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
+//!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
+//!   fairness included, rows decoded into the server's `ClaimedDelivery`;
+//! - **lean deliveries (experiment)**: the same two statements against a
+//!   `deliveries` table the bench derives from the migrated one with only the
+//!   indexes the drain and the dead list need (`LEAN_INDEXES`). Evidence for
+//!   the schema half of issue 15, not a claim about the server.
+//!
+//! The Tidings tables of a run live in their own schema (`peer_tidings`,
+//! `peer_lean`: `deliveries` and `alerts` copied from `public` with their
+//! indexes, constraints and storage settings) and the drain's connections put it
+//! first on their `search_path`, so the statement text is exactly the server's
+//! while every run starts from fresh tables, like pgmq's fresh queue.
+//!
+//! Every run: fresh tables, `tier.peer_backlog` messages with the same ~300-byte
+//! JSON payload (for Tidings: one alert per delivery, so each message carries its
+//! own payload as in pgmq), VACUUM ANALYZE, CHECKPOINT (so every system pays the
+//! full-page images of its first touch alike), then `n` loops, each on its own
+//! connection, read/claim a batch of 100 and archive/delete/complete it until
+//! nothing is left. Measured per run: messages/s; database execution time of the
+//! statements that take and finish work (pg_stat_statements); WAL bytes (flush
+//! LSN before and after); WAL records by type over that range (`pg_waldump
+//! --stats=record`): B-tree insertions, heap inserts, updates, HOT updates,
+//! deletes; dead tuples right after the run; table and index sizes.
+//!
+//! Driver: sqlx for every system (extended protocol with prepared statements,
+//! as `pgbench -M prepared`), since pgbench cannot carry a claim's rows into the
+//! completion's arrays without an extra statement that changes what is measured.
+
+use std::{collections::BTreeMap, path::Path, str::FromStr, sync::Arc, time::Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{drain::OutboxStatements, Ctx};
+use crate::{
+    plots,
+    report::{Ratio, Table, WorkloadResult},
+    seed::tenant_uuid,
+    stats::Spread,
+};
+
+/// The tenant whose deliveries are drained (every tenant still costs the
+/// claim its fairness probe).
+const TENANT: i64 = 1;
+/// The worker's defaults (server/src/config.rs): batch 100, lease 60 s.
+const BATCH: i32 = 100;
+const LEASE_MS: i64 = 60_000;
+const WORKERS: [usize; 3] = [1, 2, 4];
+const QUEUE: &str = "peer";
+const LOAD_CHUNK: i64 = 20_000;
+/// The migrated indexes the lean experiment keeps: the primary key (the
+/// completion's lookup), the claim's partial index and the partial index of
+/// dead deliveries. It drops the unique (tenant, notification key, endpoint)
+/// over random 64-hex digests (a backstop: `notifications` already makes each
+/// key unique), `deliveries_by_alert` (the alert's delivery list) and
+/// `deliveries_by_status` (the list by status, re-keyed by every update).
+const LEAN_INDEXES: &[&str] = &["deliveries_pkey", "deliveries_claimable", "deliveries_dead"];
+/// Set on the drain's connections, to wait for them to be gone (their
+/// statistics flushed) before reading pg_stat_user_tables.
+const APP_NAME: &str = "tidings-bench-peer";
+
+/// One message's payload, a pure function of `g`: an overdue-invoice webhook
+/// of about 300 bytes as JSON text.
+const PAYLOAD_SQL: &str = "jsonb_build_object(
+    'invoice', 'INV-' || lpad(g::text, 9, '0'),
+    'customer', jsonb_build_object('id', 'cus_' || substr(md5(g::text), 1, 16),
+                                   'name', 'Customer ' || (g % 9973),
+                                   'email', 'billing+' || (g % 9973) || '@example.com'),
+    'amount_due', round(((g * 7919) % 1000000) / 100.0, 2),
+    'currency', 'EUR',
+    'due_date', '2026-11-30',
+    'lines', 1 + g % 7,
+    'url', 'https://billing.example.com/invoices/INV-' || lpad(g::text, 9, '0') || '?pay=1')";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    PgmqArchive,
+    PgmqDelete,
+    Tidings,
+    Lean,
+}
+
+impl System {
+    /// Ours first, then the peer baselines (legend and bar order).
+    pub const ALL: [System; 4] = [
+        System::Tidings,
+        System::Lean,
+        System::PgmqArchive,
+        System::PgmqDelete,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            System::PgmqArchive => "pgmq_archive",
+            System::PgmqDelete => "pgmq_delete",
+            System::Tidings => "tidings",
+            System::Lean => "tidings_lean",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            System::PgmqArchive => "pgmq read + archive",
+            System::PgmqDelete => "pgmq read + delete",
+            System::Tidings => "Tidings claim + complete",
+            System::Lean => "lean deliveries (experiment)",
+        }
+    }
+
+    fn schema(self) -> &'static str {
+        match self {
+            System::PgmqArchive | System::PgmqDelete => "pgmq",
+            System::Tidings => "peer_tidings",
+            System::Lean => "peer_lean",
+        }
+    }
+
+    /// The table the loops read and update.
+    fn hot_table(self) -> String {
+        match self {
+            System::PgmqArchive | System::PgmqDelete => format!("pgmq.q_{QUEUE}"),
+            System::Tidings | System::Lean => format!("{}.deliveries", self.schema()),
+        }
+    }
+
+    /// Every table holding this system's messages (pgmq's archive; Tidings'
+    /// alerts, where the payload lives).
+    fn tables(self) -> [String; 2] {
+        match self {
+            System::PgmqArchive | System::PgmqDelete => {
+                [self.hot_table(), format!("pgmq.a_{QUEUE}")]
+            }
+            System::Tidings | System::Lean => {
+                [self.hot_table(), format!("{}.alerts", self.schema())]
+            }
+        }
+    }
+}
+
+/// Installs pgmq's SQL (the crate's embedded scripts; no C extension needed).
+async fn install_pgmq(pool: &PgPool) -> anyhow::Result<String> {
+    let queue = pgmq::PGMQueueExt::new_with_pool(pool.clone()).await;
+    queue
+        .install_sql_from_embedded()
+        .await
+        .context("installing pgmq's SQL from the pgmq crate")?;
+    let version = pgmq::install::installed_version(pool)
+        .await
+        .context("reading pgmq's installed version")?;
+    Ok(version.map(|v| v.to_string()).unwrap_or_else(|| "?".into()))
+}
+
+/// Fresh tables holding `backlog` pending messages, vacuumed, analysed and
+/// checkpointed.
+async fn prepare(
+    pool: &PgPool,
+    system: System,
+    backlog: i64,
+    endpoint: Uuid,
+) -> anyhow::Result<()> {
+    match system {
+        System::PgmqArchive | System::PgmqDelete => {
+            let exists: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pgmq.meta WHERE queue_name = $1)")
+                    .bind(QUEUE)
+                    .fetch_one(pool)
+                    .await?;
+            if exists {
+                sqlx::query("SELECT pgmq.drop_queue($1)")
+                    .bind(QUEUE)
+                    .execute(pool)
+                    .await?;
+            }
+            sqlx::query("SELECT pgmq.create($1)")
+                .bind(QUEUE)
+                .execute(pool)
+                .await?;
+            let mut lo = 0;
+            while lo < backlog {
+                let hi = (lo + LOAD_CHUNK).min(backlog) - 1;
+                sqlx::query(&format!(
+                    "SELECT count(*) FROM pgmq.send_batch($1,
+                        ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series($2::bigint, $3::bigint) g))"
+                ))
+                .bind(QUEUE)
+                .bind(lo)
+                .bind(hi)
+                .execute(pool)
+                .await
+                .context("loading the pgmq queue")?;
+                lo = hi + 1;
+            }
+        }
+        System::Tidings | System::Lean => {
+            let s = system.schema();
+            let mut tx = pool.begin().await?;
+            for stmt in [
+                format!("DROP SCHEMA IF EXISTS {s} CASCADE"),
+                format!("CREATE SCHEMA {s}"),
+                format!("CREATE TABLE {s}.alerts (LIKE public.alerts INCLUDING ALL)"),
+                format!(
+                    "ALTER TABLE {s}.alerts ADD FOREIGN KEY (tenant_id)
+                     REFERENCES public.tenants (id) ON DELETE CASCADE"
+                ),
+            ] {
+                sqlx::query(&stmt).execute(&mut *tx).await?;
+            }
+            if system == System::Tidings {
+                sqlx::query(&format!(
+                    "CREATE TABLE {s}.deliveries (LIKE public.deliveries INCLUDING ALL)"
+                ))
+                .execute(&mut *tx)
+                .await?;
+            } else {
+                // Everything but the indexes, then only the migrated indexes
+                // the drain and the operators' dead list use.
+                sqlx::query(&format!(
+                    "CREATE TABLE {s}.deliveries (LIKE public.deliveries
+                       INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
+                       INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)"
+                ))
+                .execute(&mut *tx)
+                .await?;
+                let kept: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT indexname, indexdef FROM pg_indexes
+                     WHERE schemaname = 'public' AND tablename = 'deliveries'
+                       AND indexname = ANY($1)",
+                )
+                .bind(LEAN_INDEXES)
+                .fetch_all(&mut *tx)
+                .await?;
+                anyhow::ensure!(
+                    kept.len() == LEAN_INDEXES.len(),
+                    "public.deliveries lacks one of {LEAN_INDEXES:?}: {kept:?}"
+                );
+                for (name, def) in &kept {
+                    let def =
+                        def.replace(" ON public.deliveries ", &format!(" ON {s}.deliveries "));
+                    anyhow::ensure!(def.contains(s), "unexpected index definition {def}");
+                    sqlx::query(&def).execute(&mut *tx).await?;
+                    if name == "deliveries_pkey" {
+                        sqlx::query(&format!(
+                            "ALTER TABLE {s}.deliveries ADD CONSTRAINT deliveries_pkey
+                             PRIMARY KEY USING INDEX deliveries_pkey"
+                        ))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+            }
+            // The migrations' storage settings (e.g. 0008's autovacuum trigger).
+            let reloptions: Option<String> = sqlx::query_scalar(
+                "SELECT array_to_string(reloptions, ', ') FROM pg_class
+                 WHERE oid = 'public.deliveries'::regclass",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
+                sqlx::query(&format!("ALTER TABLE {s}.deliveries SET ({opts})"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(&format!(
+                "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
+                 REFERENCES public.tenants (id) ON DELETE CASCADE"
+            ))
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            let mut lo = 0;
+            while lo < backlog {
+                let hi = (lo + LOAD_CHUNK).min(backlog) - 1;
+                sqlx::query(&format!(
+                    "WITH a AS (
+                        INSERT INTO {s}.alerts (tenant_id, id, event_type, entity_id, payload, channels)
+                        SELECT $1, gen_random_uuid(), 'invoice.overdue',
+                               'INV-' || lpad(g::text, 9, '0'), {PAYLOAD_SQL}, '{{webhook}}'
+                        FROM generate_series($2::bigint, $3::bigint) g
+                        RETURNING id, entity_id
+                     )
+                     INSERT INTO {s}.deliveries
+                         (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status)
+                     SELECT $1, encode(sha256(convert_to($1::text || '/' || a.entity_id, 'UTF8')), 'hex'),
+                            a.id, 'user-' || (right(a.entity_id, 9)::bigint % 20000), 'webhook', $4, 'pending'
+                     FROM a ORDER BY a.entity_id"
+                ))
+                .bind(tenant_uuid(TENANT))
+                .bind(lo)
+                .bind(hi)
+                .bind(endpoint)
+                .execute(pool)
+                .await
+                .context("loading the deliveries")?;
+                lo = hi + 1;
+            }
+        }
+    }
+    let [a, b] = system.tables();
+    sqlx::query(&format!("VACUUM ANALYZE {a}, {b}"))
+        .execute(pool)
+        .await?;
+    sqlx::query("CHECKPOINT").execute(pool).await?;
+    Ok(())
+}
+
+/// Counters and sizes of a system's tables (summed).
+#[derive(Debug, Clone, Copy, Default)]
+struct TableStats {
+    inserted: i64,
+    updated: i64,
+    hot_updated: i64,
+    deleted: i64,
+    dead: i64,
+    autovacuums: i64,
+    hot_heap_bytes: i64,
+    hot_index_bytes: i64,
+    heap_bytes: i64,
+    index_bytes: i64,
+}
+
+async fn table_stats(pool: &PgPool, system: System) -> anyhow::Result<TableStats> {
+    let tables: Vec<String> = system.tables().to_vec();
+    let row: (i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(n_tup_ins), 0)::int8, coalesce(sum(n_tup_upd), 0)::int8,
+                coalesce(sum(n_tup_hot_upd), 0)::int8, coalesce(sum(n_tup_del), 0)::int8,
+                coalesce(sum(n_dead_tup), 0)::int8, coalesce(sum(autovacuum_count), 0)::int8,
+                coalesce(sum(pg_table_size(relid)), 0)::int8, coalesce(sum(pg_indexes_size(relid)), 0)::int8
+         FROM pg_stat_user_tables WHERE relid = ANY($1::text[]::regclass[])",
+    )
+    .bind(&tables)
+    .fetch_one(pool)
+    .await?;
+    let hot: (i64, i64) = sqlx::query_as(
+        "SELECT pg_table_size($1::text::regclass), pg_indexes_size($1::text::regclass)",
+    )
+    .bind(system.hot_table())
+    .fetch_one(pool)
+    .await?;
+    Ok(TableStats {
+        inserted: row.0,
+        updated: row.1,
+        hot_updated: row.2,
+        deleted: row.3,
+        dead: row.4,
+        autovacuums: row.5,
+        heap_bytes: row.6,
+        index_bytes: row.7,
+        hot_heap_bytes: hot.0,
+        hot_index_bytes: hot.1,
+    })
+}
+
+async fn flush_lsn(pool: &PgPool) -> anyhow::Result<(String, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT pg_current_wal_flush_lsn()::text, (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// `n` loops, each on its own connection, until nothing is left; returns the
+/// seconds from the first read to the last completion.
+async fn drain(
+    ctx: &Ctx,
+    system: System,
+    loops: usize,
+    statements: &Arc<OutboxStatements>,
+) -> anyhow::Result<f64> {
+    let options = PgConnectOptions::from_str(&ctx.target.url)?
+        .application_name(APP_NAME)
+        .options([("search_path", format!("{},public", system.schema()))])
+        .disable_statement_logging();
+    let mut conns = vec![];
+    for _ in 0..loops {
+        conns.push(PgConnection::connect_with(&options).await?);
+    }
+    // The pgmq client needs a pool to exist; every call below names its
+    // connection (`*_with_cxn`).
+    let client = Arc::new(pgmq::PGMQueueExt::new_with_pool(ctx.pool.clone()).await);
+    let t0 = Instant::now();
+    let mut tasks = vec![];
+    for mut conn in conns {
+        let (client, statements) = (client.clone(), statements.clone());
+        tasks.push(tokio::spawn(async move {
+            let result: anyhow::Result<u64> = async {
+                let mut done = 0u64;
+                loop {
+                    let n = match system {
+                        System::PgmqArchive | System::PgmqDelete => {
+                            let msgs: Vec<pgmq::Message<Value>> = client
+                                .read_batch_with_cxn(QUEUE, LEASE_MS / 1000, BATCH, &mut conn)
+                                .await?;
+                            if msgs.is_empty() {
+                                break;
+                            }
+                            let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
+                            let n = if system == System::PgmqArchive {
+                                client
+                                    .archive_batch_with_cxn(QUEUE, &ids, &mut conn)
+                                    .await?
+                            } else {
+                                client.delete_batch_with_cxn(QUEUE, &ids, &mut conn).await?
+                            };
+                            anyhow::ensure!(n == ids.len(), "pgmq finished {n} of {}", ids.len());
+                            n
+                        }
+                        System::Tidings | System::Lean => {
+                            let n = statements.claim_and_complete(&mut conn).await?;
+                            if n == 0 {
+                                break;
+                            }
+                            n
+                        }
+                    };
+                    done += n as u64;
+                }
+                Ok(done)
+            }
+            .await;
+            // Statistics reach pg_stat_user_tables when the backend goes idle
+            // or exits; ask for it and leave.
+            let _ = sqlx::query("SELECT pg_stat_force_next_flush()")
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+            result
+        }));
+    }
+    let mut done = 0;
+    let mut first_error = None;
+    for t in tasks {
+        match t.await? {
+            Ok(n) => done += n,
+            Err(err) => first_error = first_error.or(Some(err)),
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if let Some(err) = first_error {
+        return Err(err.context(format!("{} drain", system.label())));
+    }
+    // Wait for the loops' backends to be gone, their statistics flushed.
+    for _ in 0..100 {
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(APP_NAME)
+                .fetch_one(&ctx.pool)
+                .await?;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    anyhow::ensure!(done > 0, "{}: nothing drained", system.label());
+    Ok(secs)
+}
+
+/// Everything left as it should be: pgmq's queue empty (and the archive full),
+/// every delivery `sent` after exactly one attempt.
+async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<()> {
+    match system {
+        System::PgmqArchive | System::PgmqDelete => {
+            let (left, archived): (i64, i64) = sqlx::query_as(&format!(
+                "SELECT (SELECT count(*) FROM pgmq.q_{QUEUE}), (SELECT count(*) FROM pgmq.a_{QUEUE})"
+            ))
+            .fetch_one(pool)
+            .await?;
+            let want = if system == System::PgmqArchive {
+                backlog
+            } else {
+                0
+            };
+            anyhow::ensure!(
+                left == 0 && archived == want,
+                "{}: {left} left in the queue, {archived} archived",
+                system.label()
+            );
+        }
+        System::Tidings | System::Lean => {
+            let (sent, all): (i64, i64) = sqlx::query_as(&format!(
+                "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
+                 FROM {}",
+                system.hot_table()
+            ))
+            .fetch_one(pool)
+            .await?;
+            anyhow::ensure!(
+                sent == backlog && all == backlog,
+                "{}: {sent} of {all} deliveries sent once (backlog {backlog})",
+                system.label()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// WAL record counts by type between two LSNs (`pg_waldump --stats=record`).
+#[derive(Debug, Default, Clone)]
+pub struct WalRecords {
+    /// "Rmgr/RECORD" (without `+INIT`) → (count, record bytes, full-page-image bytes).
+    pub by_type: BTreeMap<String, (i64, i64, i64)>,
+}
+
+impl WalRecords {
+    fn count(&self, names: &[&str]) -> i64 {
+        names
+            .iter()
+            .map(|n| self.by_type.get(*n).map(|r| r.0).unwrap_or(0))
+            .sum()
+    }
+    /// Index tuples written into B-trees: leaf inserts, posting-list splits and
+    /// page splits (each carries the new tuple; upper-level splits, about one
+    /// in a few hundred, are counted too).
+    pub fn btree_insertions(&self) -> i64 {
+        self.count(&[
+            "Btree/INSERT_LEAF",
+            "Btree/INSERT_POST",
+            "Btree/SPLIT_L",
+            "Btree/SPLIT_R",
+        ])
+    }
+    pub fn fpi_bytes(&self) -> i64 {
+        self.by_type.values().map(|r| r.2).sum()
+    }
+}
+
+/// Parses `pg_waldump --stats=record` output.
+pub fn parse_waldump_stats(out: &str) -> WalRecords {
+    let mut records = WalRecords::default();
+    for line in out.lines() {
+        // Drop the "(12.34)" percentage columns, then: name, count, record
+        // bytes, FPI bytes, combined bytes.
+        let mut plain = String::with_capacity(line.len());
+        let mut depth = 0;
+        for c in line.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        let cols: Vec<&str> = plain.split_whitespace().collect();
+        if cols.len() < 5 || !cols[0].contains('/') {
+            continue;
+        }
+        let nums: Vec<i64> = cols[1..5].iter().filter_map(|c| c.parse().ok()).collect();
+        if nums.len() != 4 {
+            continue;
+        }
+        let name = cols[0].trim_end_matches("+INIT").to_string();
+        let e = records.by_type.entry(name).or_default();
+        e.0 += nums[0];
+        e.1 += nums[1];
+        e.2 += nums[2];
+    }
+    records
+}
+
+async fn wal_records(
+    ctx: &Ctx,
+    wal_dir: &Path,
+    from: &str,
+    to: &str,
+) -> anyhow::Result<WalRecords> {
+    let out = tokio::process::Command::new(&ctx.tools.pg_waldump)
+        .arg("--stats=record")
+        .arg("--start")
+        .arg(from)
+        .arg("--end")
+        .arg(to)
+        .arg("--path")
+        .arg(wal_dir)
+        .output()
+        .await
+        .with_context(|| format!("running {}", ctx.tools.pg_waldump.display()))?;
+    if !out.status.success() {
+        bail!(
+            "pg_waldump failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let records = parse_waldump_stats(&String::from_utf8_lossy(&out.stdout));
+    anyhow::ensure!(
+        !records.by_type.is_empty(),
+        "pg_waldump printed no record statistics"
+    );
+    Ok(records)
+}
+
+/// One measured run.
+/// Database execution time of the drain's statements (pg_stat_statements),
+/// split into taking work (pgmq read, the claim) and finishing it (archive,
+/// delete, the completion), in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct StatementTime {
+    take_ms: f64,
+    finish_ms: f64,
+    take_calls: i64,
+    finish_calls: i64,
+}
+
+async fn statement_time(pool: &PgPool) -> anyhow::Result<StatementTime> {
+    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+        "SELECT query, calls, total_exec_time
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database()",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut t = StatementTime::default();
+    for (query, calls, ms) in rows {
+        if query.contains("pgmq.read(") || query.contains("WITH active AS MATERIALIZED") {
+            t.take_ms += ms;
+            t.take_calls += calls;
+        } else if query.contains("pgmq.archive(")
+            || query.contains("pgmq.delete(")
+            || (query.contains("UPDATE deliveries") && query.contains("UNNEST("))
+        {
+            t.finish_ms += ms;
+            t.finish_calls += calls;
+        }
+    }
+    Ok(t)
+}
+
+struct Run {
+    system: System,
+    workers: usize,
+    rep: usize,
+    seconds: f64,
+    wal_bytes: i64,
+    wal: WalRecords,
+    before: TableStats,
+    after: TableStats,
+    statements: StatementTime,
+}
+
+impl Run {
+    fn figure(&self, backlog: i64) -> Value {
+        let per = |x: i64| x as f64 / backlog as f64;
+        json!({
+            "system": self.system.key(),
+            "workers": self.workers,
+            "rep": self.rep,
+            "seconds": self.seconds,
+            "per_sec": backlog as f64 / self.seconds,
+            "wal_bytes_per_msg": per(self.wal_bytes),
+            "fpi_bytes_per_msg": per(self.wal.fpi_bytes()),
+            "btree_insert_records_per_msg": per(self.wal.btree_insertions()),
+            "heap_insert_records_per_msg": per(self.wal.count(&["Heap/INSERT"])),
+            "heap_update_records_per_msg": per(self.wal.count(&["Heap/UPDATE"])),
+            "heap_hot_update_records_per_msg": per(self.wal.count(&["Heap/HOT_UPDATE"])),
+            "heap_delete_records_per_msg": per(self.wal.count(&["Heap/DELETE"])),
+            "stat_updates_per_msg": per(self.after.updated - self.before.updated),
+            "stat_hot_updates_per_msg": per(self.after.hot_updated - self.before.hot_updated),
+            "stat_deletes_per_msg": per(self.after.deleted - self.before.deleted),
+            "stat_inserts_per_msg": per(self.after.inserted - self.before.inserted),
+            // Server-side execution time per message, microseconds.
+            "take_exec_us_per_msg": self.statements.take_ms * 1000.0 / backlog as f64,
+            "finish_exec_us_per_msg": self.statements.finish_ms * 1000.0 / backlog as f64,
+            "take_calls": self.statements.take_calls,
+            "finish_calls": self.statements.finish_calls,
+            // Every record type that is not noise, for the curious.
+            "wal_records_per_msg": self
+                .wal
+                .by_type
+                .iter()
+                .filter(|(_, r)| r.0 as f64 >= 0.01 * backlog as f64)
+                .map(|(k, r)| (k.clone(), json!(per(r.0))))
+                .collect::<serde_json::Map<String, Value>>(),
+            "dead_tuples_after": self.after.dead,
+            "autovacuum_runs": self.after.autovacuums - self.before.autovacuums,
+            "hot_table_bytes_after": self.after.hot_heap_bytes,
+            "hot_index_bytes_after": self.after.hot_index_bytes,
+            "table_bytes_after": self.after.heap_bytes,
+            "index_bytes_after": self.after.index_bytes,
+            "table_bytes_before": self.before.heap_bytes,
+            "index_bytes_before": self.before.index_bytes,
+        })
+    }
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let started = Instant::now();
+    let mut w = WorkloadResult::new("drain-peer");
+    let backlog = ctx.tier.peer_backlog;
+    let statements = Arc::new(OutboxStatements::load(&ctx.repo)?);
+    let pgmq_version = install_pgmq(&ctx.pool).await?;
+    let endpoint = ctx.sink_endpoint(TENANT).await?;
+    let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
+        .fetch_one(&ctx.pool)
+        .await?;
+    let wal_dir = Path::new(&data_dir).join("pg_wal");
+    let payload_bytes: f64 = sqlx::query_scalar(&format!(
+        "SELECT avg(octet_length(({PAYLOAD_SQL})::text))::float8 FROM generate_series(0, 999) g"
+    ))
+    .fetch_one(&ctx.pool)
+    .await?;
+
+    let mut runs: Vec<Run> = vec![];
+    let rounds = ctx.tier.reps * WORKERS.len();
+    let mut round = 0;
+    for rep in 1..=ctx.tier.reps {
+        for &workers in &WORKERS {
+            round += 1;
+            eprintln!(
+                "  drain-peer round {round}/{rounds}: {workers} worker(s), {backlog} messages"
+            );
+            let n = System::ALL.len();
+            for k in 0..n {
+                // Rotate the order so that no system always goes first.
+                let system = System::ALL[(k + round) % n];
+                prepare(&ctx.pool, system, backlog, endpoint)
+                    .await
+                    .with_context(|| format!("preparing {}", system.label()))?;
+                let before = table_stats(&ctx.pool, system).await?;
+                crate::pg::reset_statements(&ctx.pool).await?;
+                let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
+                let seconds = drain(ctx, system, workers, &statements).await?;
+                let (to, to_bytes) = flush_lsn(&ctx.pool).await?;
+                let statement_time = statement_time(&ctx.pool).await?;
+                verify(&ctx.pool, system, backlog).await?;
+                let after = table_stats(&ctx.pool, system).await?;
+                let wal = wal_records(ctx, &wal_dir, &from, &to).await?;
+                eprintln!(
+                    "    {:<30} {:>8.0} msg/s  {:>6.0} WAL B/msg  {:>4.1} B-tree ins/msg",
+                    system.label(),
+                    backlog as f64 / seconds,
+                    (to_bytes - from_bytes) as f64 / backlog as f64,
+                    wal.btree_insertions() as f64 / backlog as f64
+                );
+                runs.push(Run {
+                    system,
+                    workers,
+                    rep,
+                    seconds,
+                    wal_bytes: to_bytes - from_bytes,
+                    wal,
+                    before,
+                    after,
+                    statements: statement_time,
+                });
+            }
+        }
+    }
+    // Leave nothing behind for the workloads after this one.
+    sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
+        .execute(&ctx.pool)
+        .await?;
+    sqlx::query("DROP SCHEMA IF EXISTS peer_lean CASCADE")
+        .execute(&ctx.pool)
+        .await?;
+    sqlx::query("SELECT pgmq.drop_queue($1)")
+        .bind(QUEUE)
+        .execute(&ctx.pool)
+        .await?;
+
+    let figures: Vec<Value> = runs.iter().map(|r| r.figure(backlog)).collect();
+    w.figure("backlog", backlog);
+    w.figure("batch", BATCH);
+    w.figure("lease_ms", LEASE_MS);
+    w.figure("payload_bytes", payload_bytes);
+    w.figure("notes_pgmq_version", &pgmq_version);
+    w.figure("runs", &figures);
+    summarise(&mut w, &Value::Array(figures), backlog, &pgmq_version)?;
+    let (path, file) = ctx.plot_path("drain-peer");
+    plot(&path, &w.figures)?;
+    w.plots.push(file);
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+/// Per-run figures of one system at one worker count (all counts when `None`).
+fn samples(runs: &Value, system: System, workers: Option<usize>, key: &str) -> Vec<f64> {
+    runs.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["system"] == system.key())
+        .filter(|r| workers.is_none_or(|n| r["workers"].as_u64() == Some(n as u64)))
+        .filter_map(|r| r[key].as_f64())
+        .collect()
+}
+
+/// Ratios, tables and notes from the runs' figures.
+fn summarise(
+    w: &mut WorkloadResult,
+    runs: &Value,
+    backlog: i64,
+    pgmq_version: &str,
+) -> anyhow::Result<()> {
+    let rate = |s: System, n: usize| samples(runs, s, Some(n), "per_sec");
+    for &n in &WORKERS {
+        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
+        w.ratios.push(Ratio::new(
+            &format!("outbox ÷ pgmq archive, {workers}"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
+            "pgmq read + archive msgs/s",
+            Some(1.0),
+            &rate(System::Tidings, n),
+            &rate(System::PgmqArchive, n),
+        ));
+    }
+    let mut t = Table::new(
+        &format!(
+            "Throughput, messages/s: {backlog} pending messages drained per run, batch {BATCH}"
+        ),
+        &[
+            "workers",
+            "pgmq read + archive",
+            "pgmq read + delete",
+            "Tidings claim + complete",
+            "Tidings ÷ pgmq archive",
+            "lean deliveries (experiment)",
+            "lean ÷ pgmq archive",
+        ],
+    );
+    let per_rep = |a: &[f64], b: &[f64]| -> String {
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        Spread::of(&r).show(2)
+    };
+    for &n in &WORKERS {
+        let (pa, pd, ti, le) = (
+            rate(System::PgmqArchive, n),
+            rate(System::PgmqDelete, n),
+            rate(System::Tidings, n),
+            rate(System::Lean, n),
+        );
+        t.row(vec![
+            n.to_string(),
+            Spread::of(&pa).show(0),
+            Spread::of(&pd).show(0),
+            Spread::of(&ti).show(0),
+            per_rep(&ti, &pa),
+            Spread::of(&le).show(0),
+            per_rep(&le, &pa),
+        ]);
+    }
+    w.tables.push(t);
+
+    let mut t = Table::new(
+        "Cost per message (median over every run of the system, min–max)",
+        &[
+            "system",
+            "database time, µs (take + finish)",
+            "WAL bytes",
+            "of which full-page images",
+            "B-tree insertions",
+            "heap updates (HOT)",
+            "heap inserts / deletes",
+            "dead tuples after the run",
+            "hot table + its indexes after, MB",
+            "all its tables + indexes after, MB",
+        ],
+    );
+    for s in System::ALL {
+        let m = |key: &str| Spread::of(&samples(runs, s, None, key));
+        let mb = |key: &str| Spread::of(&samples(runs, s, None, key)).median / 1e6;
+        t.row(vec![
+            s.label().to_string(),
+            format!(
+                "{:.1} + {:.1}",
+                m("take_exec_us_per_msg").median,
+                m("finish_exec_us_per_msg").median
+            ),
+            m("wal_bytes_per_msg").show(0),
+            m("fpi_bytes_per_msg").show(0),
+            m("btree_insert_records_per_msg").show(2),
+            format!(
+                "{:.2} ({:.2})",
+                m("heap_update_records_per_msg").median
+                    + m("heap_hot_update_records_per_msg").median,
+                m("heap_hot_update_records_per_msg").median
+            ),
+            format!(
+                "{:.2} / {:.2}",
+                m("heap_insert_records_per_msg").median,
+                m("heap_delete_records_per_msg").median
+            ),
+            m("dead_tuples_after").show(0),
+            format!(
+                "{:.1} + {:.1}",
+                mb("hot_table_bytes_after"),
+                mb("hot_index_bytes_after")
+            ),
+            format!(
+                "{:.1} + {:.1}",
+                mb("table_bytes_after"),
+                mb("index_bytes_after")
+            ),
+        ]);
+    }
+    w.tables.push(t);
+    w.notes.push(format!(
+        "pgmq {pgmq_version} installed as plain SQL from the `pgmq` crate; its client's \
+         read_batch (visibility timeout 60 s) then archive_batch or delete_batch. Tidings: \
+         the worker's statements (bench/sql/outbox_claim.sql, outbox_complete.sql) on fresh \
+         copies of the migrated `deliveries` and `alerts` (one alert per delivery, so each \
+         message carries its own payload), lease 60 s, attempt guard and the per-tenant \
+         fairness probe over every seeded tenant. All on sqlx, one connection per loop."
+    ));
+    w.notes.push(
+        "Lean deliveries (experiment): the migrated table with only its primary key, \
+         deliveries_claimable and deliveries_dead (without the unique (tenant, notification \
+         key, endpoint), deliveries_by_alert and deliveries_by_status); same statements. \
+         Evidence for the schema work of issue 15, not the server's schema."
+            .into(),
+    );
+    w.notes.push(
+        "Every run starts from fresh tables, VACUUM ANALYZE and a CHECKPOINT; WAL bytes are \
+         the flush-LSN delta over the drain (autovacuum's WAL included when it ran), record \
+         counts from pg_waldump --stats=record over the same range. B-tree insertions count \
+         INSERT_LEAF, INSERT_POST and SPLIT_L/R records. Dead tuples are pg_stat_user_tables' \
+         n_dead_tup right after the run (autovacuum on, so it may have run)."
+            .into(),
+    );
+    Ok(())
+}
+
+fn color(s: System) -> plots::RGBColor {
+    match s {
+        System::Tidings => plots::BLUE,
+        System::PgmqArchive => plots::ORANGE,
+        System::PgmqDelete => plots::GREEN,
+        System::Lean => plots::PURPLE,
+    }
+}
+
+fn short_label(s: System) -> &'static str {
+    match s {
+        System::PgmqArchive => "pgmq archive",
+        System::PgmqDelete => "pgmq delete",
+        System::Tidings => "Tidings",
+        System::Lean => "lean (exp.)",
+    }
+}
+
+/// The workload's figure from its results JSON: throughput by workers beside
+/// pgmq, and what each message costs.
+pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
+    let runs = &figures["runs"];
+    let backlog = figures["backlog"].as_f64().unwrap_or(0.0);
+    let systems: Vec<System> = System::ALL
+        .into_iter()
+        .filter(|s| !samples(runs, *s, None, "per_sec").is_empty())
+        .collect();
+    let mut series = vec![];
+    for &s in &systems {
+        let mut points = vec![];
+        let mut ranges = vec![];
+        for &n in &WORKERS {
+            let v = Spread::of(&samples(runs, s, Some(n), "per_sec"));
+            if v.median.is_finite() {
+                points.push((n as f64, v.median));
+                ranges.push((v.min, v.max));
+            }
+        }
+        series.push(plots::Series {
+            name: s.label().into(),
+            points,
+            ranges,
+            color: Some(color(s)),
+            style: if s == System::Lean {
+                plots::Style::Dashed
+            } else {
+                plots::Style::Line
+            },
+        });
+    }
+    let bars = |key: &str, second: Option<&str>| -> Vec<plots::Bar> {
+        systems
+            .iter()
+            .map(|&s| {
+                let v = Spread::of(&samples(runs, s, None, key));
+                plots::Bar {
+                    label: short_label(s).into(),
+                    color: color(s),
+                    value: v.median,
+                    range: second.is_none().then_some((v.min, v.max)),
+                    stacked: second.map(|k| Spread::of(&samples(runs, s, None, k)).median),
+                }
+            })
+            .collect()
+    };
+    let mb = |mut b: Vec<plots::Bar>| {
+        for bar in &mut b {
+            bar.value /= 1e6;
+            bar.stacked = bar.stacked.map(|v| v / 1e6);
+        }
+        b
+    };
+    plots::panels(
+        path,
+        (2, 3),
+        &[
+            plots::Panel::Lines(plots::Chart {
+                axes: plots::Axes {
+                    title: "Messages/s: Tidings' outbox beside pgmq",
+                    x_label: "workers (one connection each)",
+                    y_label: "messages/s (median, min–max)",
+                    log_x: true,
+                    log_y: false,
+                },
+                series,
+                markers: vec![],
+                x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
+                legend: Some(plots::SeriesLabelPosition::LowerRight),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Database time per message",
+                y_label: "µs of statement execution",
+                bars: bars("take_exec_us_per_msg", Some("finish_exec_us_per_msg")),
+                stack_names: Some(("read / claim", "archive, delete / complete")),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "WAL bytes per message",
+                y_label: "bytes",
+                bars: bars("wal_bytes_per_msg", None),
+                stack_names: None,
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "B-tree insertions per message",
+                y_label: "index tuples written",
+                bars: bars("btree_insert_records_per_msg", None),
+                stack_names: None,
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: &format!("Size after draining {} messages", plots::tick(backlog)),
+                y_label: "MB (tables + indexes)",
+                bars: mb(bars("table_bytes_after", Some("index_bytes_after"))),
+                stack_names: Some(("tables", "indexes")),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Dead tuples right after the drain",
+                y_label: "n_dead_tup (autovacuum on)",
+                bars: bars("dead_tuples_after", None),
+                stack_names: None,
+            }),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waldump_statistics_are_parsed() {
+        let out = "\
+Type                                           N      (%)          Record size      (%)             FPI size      (%)        Combined size      (%)
+----                                           -      ---          -----------      ---             --------      ---        -------------      ---
+Heap/UPDATE                                 2000 ( 40.00)               180000 ( 50.00)                 8192 ( 10.00)               188192 ( 45.00)
+Heap/HOT_UPDATE+INIT                           3 (  0.06)                  300 (  0.08)                    0 (  0.00)                  300 (  0.07)
+Btree/INSERT_LEAF                           3000 ( 59.94)               180000 ( 49.92)                73728 ( 90.00)               253728 ( 54.93)
+Btree/SPLIT_R                                 10 (  0.20)                 9000 (  2.00)                    0 (  0.00)                 9000 (  2.00)
+                                        --------                      --------                      --------                      --------
+Total                                       5013                        369300 [80.00%]                81920 [20.00%]               451220 [100%]
+";
+        let r = parse_waldump_stats(out);
+        assert_eq!(r.count(&["Heap/UPDATE"]), 2000);
+        assert_eq!(r.count(&["Heap/HOT_UPDATE"]), 3);
+        assert_eq!(r.btree_insertions(), 3010);
+        assert_eq!(r.fpi_bytes(), 8192 + 73728);
+        assert!(!r.by_type.contains_key("Total"));
+    }
+}
