@@ -1,10 +1,11 @@
 -- GET /v1/feed/counts: the badge statement of server/src/store/feed.rs
--- (read_status). Parameters: $1 tenant, $2 user, $3-$5 the user's teams, $6 cap + 1.
+-- (read_status). Parameters: $1 tenant, $2 user, $3-$5 the user's teams, $6 cap + 1,
+-- $7 the tenant's horizon.
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
 -- source-fn: tidings_server::store::feed::counts_sql()
 WITH 
-snap AS MATERIALIZED (
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+horizon AS MATERIALIZED (
+    SELECT $7::bigint AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
@@ -35,7 +36,7 @@ unread AS (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
             LIMIT $6
@@ -45,7 +46,7 @@ unread AS (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
             LIMIT $6
@@ -59,7 +60,7 @@ unseen AS (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
             LIMIT $6
@@ -69,7 +70,7 @@ unseen AS (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
             LIMIT $6

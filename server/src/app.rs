@@ -41,6 +41,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             outbox,
             admin_token,
             alerts: args.alerts.clone(),
+            stream: args.stream.clone(),
+            cors_origins: crate::config::cors_origins(&args.cors_origins)?,
         },
     );
 

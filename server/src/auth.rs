@@ -16,7 +16,10 @@ use std::time::Duration;
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use poem::Request;
-use poem_openapi::{auth::Bearer, SecurityScheme};
+use poem_openapi::{
+    auth::{ApiKey, Bearer},
+    SecurityScheme,
+};
 use tidings_core::UserId;
 use uuid::Uuid;
 
@@ -47,6 +50,33 @@ pub struct ApiKeyAuth(pub TenantCtx);
 #[derive(SecurityScheme)]
 #[oai(ty = "bearer", bearer_format = "JWT", checker = "check_user_token")]
 pub struct UserTokenAuth(pub UserCtx);
+
+/// Browsers' `EventSource`, which cannot send headers: `?ticket=<ticket>`
+/// from `POST /v1/feed/stream-tickets`. Single use, valid for a minute.
+#[derive(SecurityScheme)]
+#[oai(
+    ty = "api_key",
+    key_in = "query",
+    key_name = "ticket",
+    checker = "check_stream_ticket"
+)]
+pub struct StreamTicketAuth(pub UserCtx);
+
+/// The live stream: a user token, or a stream ticket.
+#[derive(SecurityScheme)]
+pub enum StreamAuth {
+    UserToken(UserTokenAuth),
+    Ticket(StreamTicketAuth),
+}
+
+impl StreamAuth {
+    pub fn user(self) -> UserCtx {
+        match self {
+            StreamAuth::UserToken(auth) => auth.0,
+            StreamAuth::Ticket(auth) => auth.0,
+        }
+    }
+}
 
 /// Operators: `Authorization: Bearer <TIDINGS_ADMIN_TOKEN>`.
 #[derive(SecurityScheme)]
@@ -86,6 +116,17 @@ async fn check_user_token(req: &Request, bearer: Bearer) -> poem::Result<UserCtx
             Err(ApiError::forbidden("this endpoint takes a user token, not an API key").into())
         }
     }
+}
+
+async fn check_stream_ticket(req: &Request, key: ApiKey) -> poem::Result<UserCtx> {
+    let state = state_of(req)?;
+    let invalid = || ApiError::unauthorized("unknown, used or expired stream ticket");
+    let (tenant_id, user_id) = crate::stream::take_ticket(state, &key.key)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(invalid)?;
+    let user_id = UserId::parse(user_id).map_err(|_| invalid())?;
+    Ok(UserCtx { tenant_id, user_id })
 }
 
 async fn check_admin_token(req: &Request, bearer: Bearer) -> poem::Result<()> {

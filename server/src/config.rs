@@ -41,6 +41,15 @@ pub mod defaults {
 
     /// Shortest poll interval accepted, whatever is configured.
     pub const MIN_OUTBOX_POLL: Duration = Duration::from_millis(10);
+
+    pub const STREAM_TICK_MS: u64 = 50;
+    pub const STREAM_MAX_PER_USER: usize = 10;
+    pub const STREAM_MAX_CONNECTIONS: usize = 10_000;
+    pub const STREAM_BUFFER: usize = 256;
+    pub const STREAM_MAX_REPLAY: usize = 1000;
+    pub const STREAM_TICKET_TTL_SECS: u64 = 60;
+    /// How long a preflight's answer may be cached by the browser.
+    pub const CORS_MAX_AGE_SECS: u64 = 600;
 }
 
 #[derive(Debug, Parser)]
@@ -137,6 +146,13 @@ pub struct ServeArgs {
     pub admin_token: Option<String>,
     #[command(flatten)]
     pub alerts: AlertsConfig,
+    #[command(flatten)]
+    pub stream: StreamConfig,
+    /// Origins allowed to call the API from a browser (CORS), comma-separated,
+    /// e.g. `https://app.example.com,http://localhost:5173`. Default: none, so
+    /// browsers on other origins are refused.
+    #[arg(long, env = "TIDINGS_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
@@ -216,6 +232,84 @@ pub enum AllowPrivate {
     Private,
     /// Anything, link-local and metadata addresses included.
     All,
+}
+
+/// The CORS origins, checked: each must be exactly an origin
+/// (`scheme://host[:port]`, no path), as browsers send it in `Origin`.
+pub fn cors_origins(raw: &[String]) -> anyhow::Result<Vec<String>> {
+    raw.iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            let origin = url::Url::parse(o)
+                .map(|u| u.origin().ascii_serialization())
+                .unwrap_or_default();
+            anyhow::ensure!(
+                origin == o.trim_end_matches('/') && origin != "null",
+                "TIDINGS_CORS_ORIGINS: {o:?} is not an origin such as https://app.example.com"
+            );
+            Ok(origin)
+        })
+        .collect()
+}
+
+/// The live stream (`GET /v1/feed/stream`).
+///
+/// Defaults and why: a 50 ms tick keeps commit-to-client latency well under
+/// 100 ms for two statements per tick per instance (only while streams are
+/// open); ten streams per user covers tabs and devices while one client
+/// cannot hold an unbounded number; 256 buffered events per stream absorb a
+/// burst while bounding memory (a client slower than that is dropped with
+/// `reset` and refetches); a replay of up to 1,000 items covers a reconnect
+/// after minutes away, beyond which refetching a page is cheaper.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StreamConfig {
+    /// How often each instance reads new feed items for its streams, in ms.
+    #[arg(long, env = "TIDINGS_STREAM_TICK_MS", default_value_t = defaults::STREAM_TICK_MS)]
+    pub stream_tick_ms: u64,
+    /// Open streams per user; the next one closes the user's oldest.
+    #[arg(long, env = "TIDINGS_STREAM_MAX_PER_USER", default_value_t = defaults::STREAM_MAX_PER_USER)]
+    pub stream_max_per_user: usize,
+    /// Open streams per instance; beyond, 503 with Retry-After.
+    #[arg(long, env = "TIDINGS_STREAM_MAX_CONNECTIONS", default_value_t = defaults::STREAM_MAX_CONNECTIONS)]
+    pub stream_max_connections: usize,
+    /// Events buffered per stream; a client that falls further behind is
+    /// sent `reset` and dropped.
+    #[arg(long, env = "TIDINGS_STREAM_BUFFER", default_value_t = defaults::STREAM_BUFFER)]
+    pub stream_buffer: usize,
+    /// Most items replayed on resume; further behind, the stream sends `reset`.
+    #[arg(long, env = "TIDINGS_STREAM_MAX_REPLAY", default_value_t = defaults::STREAM_MAX_REPLAY)]
+    pub stream_max_replay: usize,
+    /// How long a stream ticket is valid, in seconds.
+    #[arg(long, env = "TIDINGS_STREAM_TICKET_TTL_SECS", default_value_t = defaults::STREAM_TICKET_TTL_SECS)]
+    pub stream_ticket_ttl_secs: u64,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            stream_tick_ms: defaults::STREAM_TICK_MS,
+            stream_max_per_user: defaults::STREAM_MAX_PER_USER,
+            stream_max_connections: defaults::STREAM_MAX_CONNECTIONS,
+            stream_buffer: defaults::STREAM_BUFFER,
+            stream_max_replay: defaults::STREAM_MAX_REPLAY,
+            stream_ticket_ttl_secs: defaults::STREAM_TICKET_TTL_SECS,
+        }
+    }
+}
+
+impl StreamConfig {
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(self.stream_tick_ms.max(1))
+    }
+
+    pub fn buffer(&self) -> usize {
+        self.stream_buffer.max(1)
+    }
+
+    pub fn max_per_user(&self) -> usize {
+        self.stream_max_per_user.max(1)
+    }
 }
 
 /// Alert and alert-adjacent settings (flags and environment of `serve`).
@@ -415,6 +509,9 @@ pub struct Settings {
     pub admin_token: String,
     /// Alerts, idempotency, webhook endpoints and the NATS inbox.
     pub alerts: AlertsConfig,
+    pub stream: StreamConfig,
+    /// Origins allowed by CORS; empty: none.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for Settings {
@@ -424,6 +521,8 @@ impl Default for Settings {
             outbox: OutboxConfig::default(),
             admin_token: String::new(),
             alerts: AlertsConfig::default(),
+            stream: StreamConfig::default(),
+            cors_origins: Vec::new(),
         }
     }
 }

@@ -98,6 +98,12 @@ pub enum ApiError {
     Unprocessable { code: &'static str, detail: String },
     #[error("the database is unavailable")]
     Unavailable,
+    /// This instance is at a capacity limit; retry after the given seconds.
+    #[error("{detail}")]
+    Overloaded {
+        detail: String,
+        retry_after_secs: u64,
+    },
     /// Anything unexpected. Logged with its cause chain; the client sees only a 500.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -142,7 +148,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -157,6 +163,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Unavailable => "unavailable",
+            ApiError::Overloaded { .. } => "overloaded",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -205,6 +212,9 @@ impl poem::error::ResponseError for ApiError {
                 headers.push(("retry-after", secs.to_string()));
             }
             ApiError::Unavailable => headers.push(("retry-after", "1".to_string())),
+            ApiError::Overloaded {
+                retry_after_secs, ..
+            } => headers.push(("retry-after", retry_after_secs.to_string())),
             _ => {}
         }
         self.to_problem().into_response(&headers)
@@ -243,7 +253,10 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
         422,
         "Well-formed but invalid (e.g. an idempotency key reused with another body).",
     ),
-    (503, "The database is unreachable; retry later."),
+    (
+        503,
+        "The database is unreachable, or this instance is at a capacity limit; retry after Retry-After.",
+    ),
 ];
 
 impl ApiResponse for ApiError {

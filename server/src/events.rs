@@ -12,7 +12,7 @@ use tidings_core::{EntityId, EventType, TeamId, UserId};
 use uuid::Uuid;
 
 pub use crate::store::events::{EventRow, NewEvent};
-use crate::{idempotency::Fingerprint, payload::Payload, store::events as store};
+use crate::{horizon, idempotency::Fingerprint, payload::Payload, store::events as store};
 
 /// Most events in one batch.
 pub const MAX_BATCH: usize = 1000;
@@ -61,7 +61,7 @@ pub async fn post_events(
     tenant_id: Uuid,
     events: &[NewEvent],
 ) -> Result<Vec<StoredEvent>, EventsError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = horizon::begin_feed_write(pool, tenant_id).await?;
     let ids = store::reserve_feed_item_ids(&mut *tx, events.len()).await?;
     let mut inserted = store::insert_events(&mut *tx, tenant_id, &ids, events).await?;
     // Whatever was not inserted lost on its idempotency key: to an earlier

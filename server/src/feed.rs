@@ -10,7 +10,11 @@ use uuid::Uuid;
 pub use crate::store::feed::{Badges, FeedItem, FeedStatus, Mark, PageFrom, Source};
 use crate::{
     state::AppState,
-    store::{feed as store, teams::Membership},
+    store::{
+        feed as store,
+        notify::{self, MarksChanged, NotifyChannel},
+        teams::Membership,
+    },
 };
 
 pub const DEFAULT_LIMIT: u32 = 20;
@@ -45,6 +49,25 @@ pub enum FeedError {
     Db(#[from] sqlx::Error),
 }
 
+/// Tells every instance's streams that the user's marks changed, when the
+/// caller's transaction commits.
+async fn notify_marks(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant_id: Uuid,
+    user: &UserId,
+) -> sqlx::Result<()> {
+    let changed = MarksChanged {
+        tenant_id,
+        user_id: user.to_string(),
+    };
+    notify::notify(db, NotifyChannel::Marks, &changed.payload()).await
+}
+
+/// The tenant's horizon, read after the request began (`crate::horizon`).
+async fn horizon_of(state: &AppState, tenant_id: Uuid) -> sqlx::Result<i64> {
+    Ok(state.horizons.fresh(&state.pool).await?.of(tenant_id))
+}
+
 /// The user's teams with their join positions, from the membership cache.
 async fn teams_of(
     state: &AppState,
@@ -68,7 +91,8 @@ pub async fn read_page(
     limit: u32,
 ) -> Result<FeedPage, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    let page = store::read_feed(&state.pool, tenant_id, user, &teams, from, limit).await?;
+    let horizon = horizon_of(state, tenant_id).await?;
+    let page = store::read_feed(&state.pool, tenant_id, user, &teams, from, limit, horizon).await?;
     // Cannot be full: a page holds fewer items than a read set may.
     let individually_read = ReadSet::try_from(
         page.items
@@ -108,7 +132,8 @@ pub async fn status(
     user: &UserId,
 ) -> Result<FeedStatus, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    let horizon = horizon_of(state, tenant_id).await?;
+    Ok(store::read_status(&state.pool, tenant_id, user, &teams, horizon).await?)
 }
 
 /// Moves `mark` to `proposed` (or the head), clamped to the head, never back
@@ -123,7 +148,8 @@ pub async fn mark_up_to(
     proposed: Option<Position>,
 ) -> Result<FeedStatus, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    let (marks, head) = store::read_head(&state.pool, tenant_id, user, &teams).await?;
+    let horizon = horizon_of(state, tenant_id).await?;
+    let (marks, head) = store::read_head(&state.pool, tenant_id, user, &teams, horizon).await?;
     let head = head.unwrap_or(Position::ORIGIN);
     let current = match mark {
         Mark::Seen => marks.seen,
@@ -131,9 +157,12 @@ pub async fn mark_up_to(
     };
     let target = tidings_core::advance(current, proposed.unwrap_or(head), head);
     if target > current {
-        store::advance_mark(&state.pool, tenant_id, user, mark, target).await?;
+        let mut tx = state.pool.begin().await?;
+        store::advance_mark(&mut *tx, tenant_id, user, mark, target).await?;
+        notify_marks(&mut *tx, tenant_id, user).await?;
+        tx.commit().await?;
     }
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    Ok(store::read_status(&state.pool, tenant_id, user, &teams, horizon).await?)
 }
 
 /// Marks one item of the user's feed read. Items at or below the read
@@ -148,7 +177,8 @@ pub async fn mark_item_read(
     item_id: i64,
 ) -> Result<FeedStatus, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    let item = store::find_item(&state.pool, tenant_id, user, &teams, item_id)
+    let horizon = horizon_of(state, tenant_id).await?;
+    let item = store::find_item(&state.pool, tenant_id, user, &teams, item_id, horizon)
         .await?
         .ok_or(FeedError::ItemNotFound(item_id))?;
     let mut tx = state.pool.begin().await?;
@@ -161,8 +191,9 @@ pub async fn mark_item_read(
         }
         if set.insert(item)? {
             store::insert_item_read(&mut *tx, tenant_id, user, item).await?;
+            notify_marks(&mut *tx, tenant_id, user).await?;
         }
     }
     tx.commit().await?;
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    Ok(store::read_status(&state.pool, tenant_id, user, &teams, horizon).await?)
 }

@@ -5,7 +5,12 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 pub use crate::config::Settings;
-use crate::{auth::AuthCache, cache::Caches};
+use crate::{
+    auth::AuthCache,
+    cache::Caches,
+    horizon::Horizons,
+    stream::{Hub, HubLimits},
+};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -13,15 +18,26 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
+    /// The newest per-tenant feed horizons, shared by every reader.
+    pub horizons: Arc<Horizons>,
+    /// This instance's live streams.
+    pub stream: Arc<Hub>,
 }
 
 impl AppState {
     pub fn new(pool: PgPool, settings: Settings) -> Self {
+        let limits = HubLimits {
+            max_connections: settings.stream.stream_max_connections,
+            max_per_user: settings.stream.max_per_user(),
+            buffer: settings.stream.buffer(),
+        };
         AppState {
             pool,
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
             caches: Arc::new(Caches::default()),
+            horizons: Arc::new(Horizons::default()),
+            stream: Arc::new(Hub::new(limits)),
         }
     }
 

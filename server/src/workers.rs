@@ -28,5 +28,6 @@ pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
         )));
     }
     workers.extend(crate::outbox::spawn(state, shutdown));
+    workers.extend(crate::stream::spawn(state, shutdown));
     workers
 }

@@ -101,6 +101,12 @@ impl TestApp {
         })
     }
 
+    /// The address of `path` on this server (for requests the typed client
+    /// cannot make, such as reading a stream as it arrives).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
     /// Creates a tenant through `POST /v1/admin/tenants`.
     pub async fn create_tenant(&self) -> TestTenant {
         self.admin()

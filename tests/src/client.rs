@@ -550,6 +550,11 @@ impl<'a> UserApi<'a> {
         self.0
             .call(Method::POST, format!("/v1/feed/items/{id}/read"))
     }
+
+    /// `feed.stream_tickets.create`
+    pub fn create_stream_ticket(&self) -> Call<'a> {
+        self.0.call(Method::POST, "/v1/feed/stream-tickets".into())
+    }
 }
 
 /// Health and documents (no credential).

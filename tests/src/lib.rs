@@ -15,6 +15,7 @@
 //!   `worker`.
 //! - [`webhook_fixture`]: a server, a tenant and a webhook receiver that trusts
 //!   the tenant's endpoints; [`Receiver`] for webhooks and SMTP.
+//! - [`sse`]: a Server-Sent Events reader for the live stream.
 //! - [`sql`]: the only SQL tests run, where SQL is the point (looking at what
 //!   was stored, holding a lock, staging a state no caller reaches in time).
 //!
@@ -29,6 +30,7 @@ pub mod openapi;
 mod process;
 mod receivers;
 pub mod sql;
+pub mod sse;
 mod webhooks;
 
 use std::time::Duration;

@@ -118,6 +118,15 @@ impl TidingsProcess {
             .context("waiting for tidings")
     }
 
+    /// SIGTERM without waiting: the caller watches what the process does.
+    pub fn send_terminate(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// SIGKILL: a crash, with no chance to clean up or record anything.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

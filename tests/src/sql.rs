@@ -274,7 +274,8 @@ pub async fn hold_alert_entity_lock(
 /// Hold: writes an event for `team` in a transaction that stays open until the
 /// caller commits it; returns (transaction, id, tx). A writer that took its
 /// transaction id first and commits last is what the API's own short
-/// transactions cannot stage.
+/// transactions cannot stage. Like every feed writer it first takes the
+/// tenant's feed lock (the server's own statement).
 pub async fn event_in_open_transaction(
     pool: &PgPool,
     tenant: &TestTenant,
@@ -282,6 +283,9 @@ pub async fn event_in_open_transaction(
     kind: &str,
 ) -> (Transaction<'static, Postgres>, i64, i64) {
     let mut tx = pool.begin().await.expect("begin");
+    tidings_server::store::horizon::lock_feed_writes(&mut *tx, tenant.uuid())
+        .await
+        .expect("feed lock");
     let (id, txid): (i64, i64) = sqlx::query_as(
         "INSERT INTO events (tenant_id, team_id, type, payload)
          VALUES ($1, $2, $3, '{}') RETURNING id, tx",
@@ -293,6 +297,22 @@ pub async fn event_in_open_transaction(
     .await
     .expect("insert event");
     (tx, id, txid)
+}
+
+/// Hold: a transaction with an id, open in another database of the cluster
+/// (the test server's own maintenance database) until the connection drops;
+/// returns the connection and the id.
+pub async fn xid_held_in_another_database() -> (PgConnection, i64) {
+    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    let xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut conn)
+        .await
+        .expect("xid");
+    (conn, xid)
 }
 
 /// Stage: deliveries the workers gave up on (ten failed attempts take hours).

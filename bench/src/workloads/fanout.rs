@@ -246,6 +246,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         let team_ids: Vec<String> = teams.iter().map(|t| t.0.clone()).collect();
         let joined_tx: Vec<i64> = teams.iter().map(|t| t.1).collect();
         let joined_id: Vec<i64> = teams.iter().map(|t| t.2).collect();
+        // Nothing writes while reading: the snapshot's xmax is the horizon.
+        let horizon: i64 =
+            sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+                .fetch_one(&mut conn)
+                .await?;
         let (mut r_once, mut r_mat) = (vec![], vec![]);
         for _ in 0..READS {
             let t0 = Instant::now();
@@ -261,6 +266,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 .bind(i64::MAX)
                 .bind(i64::MAX)
                 .bind(21i64)
+                .bind(horizon)
                 .fetch_all(&mut conn)
                 .await?;
             r_once.push(t0.elapsed().as_secs_f64() * 1000.0);

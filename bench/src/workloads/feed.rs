@@ -39,6 +39,9 @@ pub struct Reader {
     pub teams: Vec<String>,
     pub joined_tx: Vec<i64>,
     pub joined_id: Vec<i64>,
+    /// The tenant's horizon (the statements' last parameter): the snapshot's
+    /// xmax when the reader was picked, after seeding; nothing writes after.
+    pub horizon: i64,
 }
 
 pub async fn pick_reader(ctx: &Ctx) -> anyhow::Result<Reader> {
@@ -62,19 +65,24 @@ pub async fn pick_reader(ctx: &Ctx) -> anyhow::Result<Reader> {
     .bind(&user_id)
     .fetch_all(&ctx.pool)
     .await?;
+    let horizon: i64 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+            .fetch_one(&ctx.pool)
+            .await?;
     Ok(Reader {
         tenant,
         user_id,
         teams: rows.iter().map(|r| r.0.clone()).collect(),
         joined_tx: rows.iter().map(|r| r.1).collect(),
         joined_id: rows.iter().map(|r| r.2).collect(),
+        horizon,
     })
 }
 
 impl Reader {
     /// pgbench variables of the feed statements (see server/src/store/feed.rs:
     /// $1 tenant, $2 user, $3–$5 teams, $6 badge cap + 1, $7/$8 after, $9/$10
-    /// before, $11 limit + 1).
+    /// before, $11 limit + 1; the horizon last: $12 of a page, $7 of counts).
     fn vars(&self, before: Option<Position>, limit: Option<u32>) -> Vec<(String, String)> {
         let before = before.unwrap_or(Position::new(i64::MAX, i64::MAX));
         let mut v = vec![
@@ -95,7 +103,10 @@ impl Reader {
                 ("p9".to_string(), before.tx.to_string()),
                 ("p10".to_string(), before.id.to_string()),
                 ("p11".to_string(), (i64::from(limit) + 1).to_string()),
+                ("p12".to_string(), self.horizon.to_string()),
             ]);
+        } else {
+            v.push(("p7".to_string(), self.horizon.to_string()));
         }
         v
     }

@@ -16,16 +16,35 @@ use crate::{
     listen,
     shutdown::Shutdown,
     state::AppState,
-    store::{alerts as alert_store, notify::NotifyChannel, teams as team_store},
+    store::{
+        alerts as alert_store, horizon as horizon_store, notify::NotifyChannel, teams as team_store,
+    },
 };
 
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// How many tenants' feed locks a batch takes before it claims a job: enough
+/// that jobs other workers hold do not leave it idle, few enough that it holds
+/// back only tenants that are expanding anyway.
+const EXPANSION_TENANTS_PER_CLAIM: i64 = 8;
 
 /// Expands one batch of the oldest open team expansion, in its own transaction
 /// that also advances the job's cursor. Returns false when there was no work.
+///
+/// A batch writes in-app feed items, so its transaction takes the tenant's
+/// feed lock before it has a transaction id (`crate::horizon`); claiming a job
+/// locks its row and so takes an id. Hence the tenants of the oldest open jobs
+/// are looked up first, without locking, their feed locks taken, and only a
+/// job of one of those tenants claimed.
 pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> sqlx::Result<bool> {
+    let tenants = alert_store::list_expansion_tenants(pool, EXPANSION_TENANTS_PER_CLAIM).await?;
+    if tenants.is_empty() {
+        return Ok(false);
+    }
     let mut tx = pool.begin().await?;
-    let Some(job) = alert_store::claim_expansion(&mut *tx).await? else {
+    for &tenant in &tenants {
+        horizon_store::lock_feed_writes(&mut *tx, tenant).await?;
+    }
+    let Some(job) = alert_store::claim_expansion(&mut *tx, &tenants).await? else {
         return Ok(false);
     };
     let invalid = |e: tidings_core::KeyError| sqlx::Error::Decode(Box::new(e));

@@ -22,6 +22,7 @@ use super::{
 };
 use crate::{
     config::AlertsConfig,
+    horizon,
     idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, Lease, SavedResponse},
     store::{
         self, alerts as alert_store, deliveries as delivery_store,
@@ -199,7 +200,9 @@ pub fn entity_lock_key(tenant: Uuid, event_type: &EventType, entity_id: &EntityI
     stable_lock_key(&[&tenant.to_string(), event_type, entity_id])
 }
 
-/// Creates one alert inside the caller's transaction (commit is the caller's).
+/// Creates one alert inside the caller's transaction (commit is the caller's),
+/// which began with `horizon::begin_feed_write` for the tenant: it may write
+/// in-app feed items.
 pub(super) async fn create_alert(
     conn: &mut PgConnection,
     tenant: Uuid,
@@ -362,7 +365,7 @@ pub async fn submit(
         }
     };
     let attempt = async {
-        let mut tx = pool.begin().await?;
+        let mut tx = horizon::begin_feed_write(pool, tenant).await?;
         let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
         Ok::<_, sqlx::Error>((tx, created))
     }
@@ -405,7 +408,7 @@ pub async fn submit_from_inbox(
         let reason = format!("unknown tenant {tenant}");
         return reject_inbox_message(pool, message_id, &reason).await;
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = horizon::begin_feed_write(pool, tenant).await?;
     if !inbox::insert_message(
         &mut *tx,
         message_id,

@@ -346,7 +346,7 @@ fn feed_problem(err: FeedError) -> ApiError {
     }
 }
 
-fn item_out(item: FeedItem, state: ItemState) -> FeedItemOut {
+pub(super) fn item_out(item: FeedItem, state: ItemState) -> FeedItemOut {
     FeedItemOut {
         id: item.position.id,
         cursor: item.position.to_cursor(),
@@ -370,7 +370,7 @@ fn cursor_or_null(p: Position) -> Option<String> {
     (p != Position::ORIGIN).then(|| p.to_cursor())
 }
 
-fn watermarks_out(status: FeedStatus) -> WatermarksOut {
+pub(super) fn watermarks_out(status: FeedStatus) -> WatermarksOut {
     let FeedStatus {
         marks,
         badges: Badges {

@@ -4,11 +4,14 @@
 pub mod admin;
 pub mod alerts;
 mod body_limit;
+mod cors;
 pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
 mod nullable;
+mod request_log;
+pub mod stream;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -98,6 +101,9 @@ fn api_tuple(state: &AppState) -> impl poem_openapi::OpenApi {
             feed::FeedApi {
                 state: state.clone(),
             },
+            stream::StreamApi {
+                state: state.clone(),
+            },
         ),
         (
             alerts::AlertsApi {
@@ -153,7 +159,12 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })
-        .with(poem::middleware::Tracing)
+        .with(request_log::RequestLog)
         .data(state.clone())
         .catch_all_error(problem_from_poem_error)
+        // Outermost, so problem bodies carry the CORS headers too.
+        .with(cors::Cors::new(
+            &state.settings.cors_origins,
+            crate::config::defaults::CORS_MAX_AGE_SECS,
+        ))
 }

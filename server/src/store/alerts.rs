@@ -191,20 +191,41 @@ pub struct ExpansionJob {
     pub channels: Vec<String>,
 }
 
-/// Locks the oldest open job nobody else holds, for the rest of the caller's
-/// (short, database-only) transaction. Other workers skip it.
-pub async fn claim_expansion(db: impl PgExecutor<'_>) -> sqlx::Result<Option<ExpansionJob>> {
+/// Locks the oldest open job of `tenants` nobody else holds, for the rest of
+/// the caller's (short, database-only) transaction. Other workers skip it.
+pub async fn claim_expansion(
+    db: impl PgExecutor<'_>,
+    tenants: &[Uuid],
+) -> sqlx::Result<Option<ExpansionJob>> {
     sqlx::query_as(
         "SELECT e.tenant_id, e.alert_id, e.team_id, e.after_user_id,
                 a.event_type, a.entity_id, a.subject, a.payload, a.channels
            FROM alert_expansions e
            JOIN alerts a ON a.tenant_id = e.tenant_id AND a.id = e.alert_id
-          WHERE NOT e.done
+          WHERE NOT e.done AND e.tenant_id = ANY($1)
           ORDER BY e.created_at
           LIMIT 1
           FOR UPDATE OF e SKIP LOCKED",
     )
+    .bind(tenants)
     .fetch_optional(db)
+    .await
+}
+
+/// The distinct tenants of the oldest open expansion jobs (at most `limit`),
+/// read without locking anything.
+pub async fn list_expansion_tenants(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT tenant_id FROM (
+             SELECT tenant_id, min(created_at) AS oldest FROM alert_expansions
+             WHERE NOT done GROUP BY tenant_id
+         ) t ORDER BY oldest LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
     .await
 }
 

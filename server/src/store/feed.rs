@@ -1,14 +1,14 @@
 //! A user's feed, computed at read time: the events of their teams after each
 //! join position, plus their in-app alerts (`inbox_items`), in (tx, id) order.
 //!
-//! **Visibility (ARCHITECTURE.md, invariant 2).** Every statement here serves only rows
-//! with `tx < xmin`, where xmin is `pg_snapshot_xmin(pg_current_snapshot())` of
-//! that same statement. Every transaction below xmin has ended, and every
-//! transaction that ends later has a tx of at least xmin, so once a position has
-//! been served nothing can appear below it: a client that pages or polls from
-//! positions it was given never skips an item. The price is that a long-running
-//! writing transaction anywhere in the database holds back newer items (they are
-//! late, never lost).
+//! **Visibility (ARCHITECTURE.md, invariants 2 and 11).** Every statement here
+//! serves only rows with `tx` below the tenant's *horizon*, its last parameter:
+//! a bound read by an earlier statement (`store::horizon`) below which every
+//! feed write of the tenant has ended, so once a position has been served
+//! nothing can appear below it: a client that pages or polls from positions it
+//! was given never skips an item. The price is that a long-running feed write
+//! of the tenant holds back its newer items (they are late, never lost); other
+//! tenants' transactions do not.
 //!
 //! **Bounded work.** The user's teams come in as arrays (from the membership
 //! cache) and each team is read by one index range scan on
@@ -106,13 +106,17 @@ pub enum Mark {
 
 // ---------------------------------------------------------------------------
 // SQL. Parameters shared by every statement: $1 tenant, $2 user, $3/$4/$5 the
-// user's teams as parallel arrays (team_id, joined_tx, joined_id).
+// user's teams as parallel arrays (team_id, joined_tx, joined_id); the last one
+// is the tenant's horizon.
 
-/// The snapshot bound, the user's teams and their watermarks (one row even when
-/// the user has none stored yet).
-const PRELUDE: &str = "
-snap AS MATERIALIZED (
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+/// The tenant's horizon, the user's teams and their watermarks (one row even
+/// when the user has none stored yet). `horizon` is the statement's last
+/// parameter, `$n`: rows are served only below it.
+fn prelude(horizon: &str) -> String {
+    format!(
+        "
+horizon AS MATERIALIZED (
+    SELECT {horizon}::bigint AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
@@ -122,7 +126,9 @@ marks AS MATERIALIZED (
            coalesce(s.read_tx, 0) AS read_tx, coalesce(s.read_id, 0) AS read_id
     FROM (SELECT 1) AS one
     LEFT JOIN feed_state s ON s.tenant_id = $1 AND s.user_id = $2
-)";
+)"
+    )
+}
 
 /// The newest visible position of the feed: the top of each team and of the
 /// user's alerts, one index probe each.
@@ -133,14 +139,14 @@ head AS (
             SELECT e.tx, e.id FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = t.team_id
               AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx DESC, e.id DESC
             LIMIT 1
         ) e)
         UNION ALL
         (SELECT i.tx, i.id FROM inbox_items i
          WHERE i.tenant_id = $1 AND i.recipient_id = $2
-           AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+           AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
          ORDER BY i.tx DESC, i.id DESC
          LIMIT 1)
     ) tops
@@ -173,7 +179,7 @@ unread AS (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
             LIMIT $6
@@ -183,7 +189,7 @@ unread AS (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
             LIMIT $6
@@ -197,7 +203,7 @@ unseen AS (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
             LIMIT $6
@@ -207,7 +213,7 @@ unseen AS (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
               AND NOT EXISTS (SELECT 1 FROM item_reads r
                               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
             LIMIT $6
@@ -219,14 +225,14 @@ unseen AS (
 /// One page. `$7/$8` exclusive lower bound (after), `$9/$10` exclusive upper
 /// bound (before), `$11` limit + 1. Each team's lower bound is the later of its
 /// join position and the page's, and the upper bound the earlier of the cursor
-/// and the snapshot's xmin, so each scan is one index range with a LIMIT.
+/// and the horizon, so each scan is one index range with a LIMIT.
 fn page_cte(direction: &str) -> String {
     format!(
         "
 bounds AS MATERIALIZED (
-    SELECT CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN s.xmin ELSE $9 END AS hi_tx,
-           CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
-    FROM snap s
+    SELECT CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN h.tx ELSE $9 END AS hi_tx,
+           CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
+    FROM horizon h
 ),
 page_teams AS MATERIALIZED (
     SELECT t.team_id,
@@ -267,7 +273,7 @@ page AS (
 
 fn feed_sql(direction: &str) -> String {
     format!(
-        "WITH {PRELUDE}, {HEAD}, {COUNTS}, {page}
+        "WITH {prelude}, {HEAD}, {COUNTS}, {page}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        h.tx AS head_tx, h.id AS head_id,
        (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen,
@@ -279,6 +285,7 @@ FROM marks m
 LEFT JOIN head h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {direction}, p.id {direction}",
+        prelude = prelude("$12"),
         page = page_cte(direction)
     )
 }
@@ -288,34 +295,37 @@ static FEED_OLDEST_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql("ASC"));
 
 static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {PRELUDE}, {COUNTS}
+        "WITH {prelude}, {COUNTS}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen
-FROM marks m"
+FROM marks m",
+        prelude = prelude("$7")
     )
 });
 
 static HEAD_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {PRELUDE}, {HEAD}
+        "WITH {prelude}, {HEAD}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, h.tx AS head_tx, h.id AS head_id
-FROM marks m LEFT JOIN head h ON true"
+FROM marks m LEFT JOIN head h ON true",
+        prelude = prelude("$6")
     )
 });
 
 /// `$6` the item id: an event of one of the user's teams after the join, or an
-/// alert addressed to the user, visible to this snapshot.
+/// alert addressed to the user, below the horizon.
 static FIND_ITEM_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {PRELUDE}
+        "WITH {prelude}
 SELECT e.tx FROM events e JOIN teams t ON t.team_id = e.team_id
 WHERE e.tenant_id = $1 AND e.id = $6
   AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-  AND e.tx < (SELECT xmin FROM snap)
+  AND e.tx < (SELECT tx FROM horizon)
 UNION ALL
 SELECT i.tx FROM inbox_items i
 WHERE i.tenant_id = $1 AND i.id = $6 AND i.recipient_id = $2
-  AND i.tx < (SELECT xmin FROM snap)"
+  AND i.tx < (SELECT tx FROM horizon)",
+        prelude = prelude("$7")
     )
 });
 
@@ -389,6 +399,7 @@ pub async fn read_feed(
     teams: &[Membership],
     from: PageFrom,
     limit: u32,
+    horizon: i64,
 ) -> Result<FeedPage, sqlx::Error> {
     let (after, before, sql) = match from {
         PageFrom::Before(before) => (
@@ -415,6 +426,7 @@ pub async fn read_feed(
         .bind(before.tx)
         .bind(before.id)
         .bind(i64::from(limit) + 1)
+        .bind(horizon)
         .fetch_all(db)
         .await?;
     let first = rows
@@ -473,6 +485,7 @@ pub async fn read_status(
     tenant_id: Uuid,
     user_id: &str,
     teams: &[Membership],
+    horizon: i64,
 ) -> Result<FeedStatus, sqlx::Error> {
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
     let (seen_tx, seen_id, read_tx, read_id, unread, unseen): (i64, i64, i64, i64, i64, i64) =
@@ -483,6 +496,7 @@ pub async fn read_status(
             .bind(&joined_tx)
             .bind(&joined_id)
             .bind(i64::from(BADGE_CAP) + 1)
+            .bind(horizon)
             .fetch_one(db)
             .await?;
     Ok(FeedStatus {
@@ -497,6 +511,7 @@ pub async fn read_head(
     tenant_id: Uuid,
     user_id: &str,
     teams: &[Membership],
+    horizon: i64,
 ) -> Result<(Watermarks, Option<Position>), sqlx::Error> {
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
     let (seen_tx, seen_id, read_tx, read_id, head_tx, head_id): (
@@ -512,6 +527,7 @@ pub async fn read_head(
         .bind(&team_ids)
         .bind(&joined_tx)
         .bind(&joined_id)
+        .bind(horizon)
         .fetch_one(db)
         .await?;
     Ok((
@@ -567,6 +583,7 @@ pub async fn find_item(
     user_id: &str,
     teams: &[Membership],
     item_id: i64,
+    horizon: i64,
 ) -> Result<Option<Position>, sqlx::Error> {
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
     let tx: Option<i64> = sqlx::query_scalar(&FIND_ITEM_SQL)
@@ -576,6 +593,7 @@ pub async fn find_item(
         .bind(&joined_tx)
         .bind(&joined_id)
         .bind(item_id)
+        .bind(horizon)
         .fetch_optional(db)
         .await?;
     Ok(tx.map(|tx| Position::new(tx, item_id)))

@@ -18,6 +18,8 @@ pub enum NotifyChannel {
     Outbox,
     /// A team alert awaits background expansion.
     Expansion,
+    /// A user's watermarks or read items changed: streams send `marks`.
+    Marks,
 }
 
 impl NotifyChannel {
@@ -26,6 +28,7 @@ impl NotifyChannel {
             NotifyChannel::Cache => "tidings_cache",
             NotifyChannel::Outbox => "tidings_outbox",
             NotifyChannel::Expansion => "tidings_expansion",
+            NotifyChannel::Marks => "tidings_marks",
         }
     }
 }
@@ -45,6 +48,7 @@ pub async fn notify(
 }
 
 const MEMBERSHIPS_PREFIX: &str = "memberships:";
+const MARKS_PREFIX: &str = "marks:";
 
 /// The payload on [`NotifyChannel::Cache`] saying a user's teams changed. A
 /// tenant id is a UUID (no `:`), so the user id after it may contain anything.
@@ -56,17 +60,41 @@ pub struct MembershipsChanged {
 
 impl MembershipsChanged {
     pub fn payload(&self) -> String {
-        format!("{MEMBERSHIPS_PREFIX}{}:{}", self.tenant_id, self.user_id)
+        user_payload(MEMBERSHIPS_PREFIX, self.tenant_id, &self.user_id)
     }
 
     pub fn parse(payload: &str) -> Option<Self> {
-        let rest = payload.strip_prefix(MEMBERSHIPS_PREFIX)?;
-        let (tenant, user) = rest.split_once(':')?;
-        Some(MembershipsChanged {
-            tenant_id: tenant.parse().ok()?,
-            user_id: user.to_string(),
-        })
+        let (tenant_id, user_id) = parse_user_payload(MEMBERSHIPS_PREFIX, payload)?;
+        Some(MembershipsChanged { tenant_id, user_id })
     }
+}
+
+/// The payload on [`NotifyChannel::Marks`]: a user's marks changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarksChanged {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+}
+
+impl MarksChanged {
+    pub fn payload(&self) -> String {
+        user_payload(MARKS_PREFIX, self.tenant_id, &self.user_id)
+    }
+
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (tenant_id, user_id) = parse_user_payload(MARKS_PREFIX, payload)?;
+        Some(MarksChanged { tenant_id, user_id })
+    }
+}
+
+fn user_payload(prefix: &str, tenant_id: Uuid, user_id: &str) -> String {
+    format!("{prefix}{tenant_id}:{user_id}")
+}
+
+fn parse_user_payload(prefix: &str, payload: &str) -> Option<(Uuid, String)> {
+    let rest = payload.strip_prefix(prefix)?;
+    let (tenant, user) = rest.split_once(':')?;
+    Some((tenant.parse().ok()?, user.to_string()))
 }
 
 #[cfg(test)]
@@ -85,6 +113,12 @@ mod tests {
         }
         assert_eq!(MembershipsChanged::parse("other:x"), None);
         assert_eq!(MembershipsChanged::parse("memberships:not-a-uuid:u"), None);
+        let marks = MarksChanged {
+            tenant_id,
+            user_id: "a:b".to_string(),
+        };
+        assert_eq!(MarksChanged::parse(&marks.payload()), Some(marks.clone()));
+        assert_eq!(MembershipsChanged::parse(&marks.payload()), None);
     }
 
     #[test]
@@ -93,6 +127,7 @@ mod tests {
             NotifyChannel::Cache.name(),
             NotifyChannel::Outbox.name(),
             NotifyChannel::Expansion.name(),
+            NotifyChannel::Marks.name(),
         ];
         assert!(names
             .iter()

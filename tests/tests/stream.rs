@@ -1,0 +1,499 @@
+//! The live feed (issue 9; ARCHITECTURE.md, invariant 12, "The live
+//! stream"): the same items as the feed, in position order, each once,
+//! resumable without gap or duplicate; marks and memberships pushed; tickets;
+//! limits; CORS.
+
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::Method;
+use serde_json::{json, Value};
+use tidings_core::Position;
+use tidings_tests::{
+    client::TenantApi,
+    sql,
+    sse::{SseEvent, SseStream, StreamCredential},
+    AppOptions, TenantFixture, TestApp,
+};
+
+/// Long enough for any push on a loaded test machine; only waited out when a
+/// test expects something and it does not come.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn member_of(team: &str, user: &str) -> (TenantFixture, String) {
+    member_of_with(AppOptions::default(), team, user).await
+}
+
+async fn member_of_with(opts: AppOptions, team: &str, user: &str) -> (TenantFixture, String) {
+    let f = TenantFixture::spawn_with(opts).await;
+    f.api().put_member(team, user).expect(201).await;
+    let token = f.token(user).await;
+    (f, token)
+}
+
+async fn post_event(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
+    api.create_event(&json!({"team_id": team, "type": kind, "payload": {"k": kind}}))
+        .expect(201)
+        .await
+}
+
+async fn open(app: &TestApp, token: &str) -> SseStream {
+    let stream = app
+        .open_stream(StreamCredential::Token(token), "", None)
+        .await;
+    assert_eq!(stream.status, 200);
+    stream
+}
+
+/// The next event that is not `marks`, within [`PATIENCE`].
+async fn next_non_marks(stream: &mut SseStream) -> SseEvent {
+    loop {
+        let event = stream.next_within(PATIENCE).await.expect("an event");
+        if event.event != "marks" {
+            return event;
+        }
+    }
+}
+
+async fn next_item(stream: &mut SseStream) -> Value {
+    let event = next_non_marks(stream).await;
+    assert_eq!(event.event, "item", "{event:?}");
+    let item = event.json();
+    assert_eq!(
+        event.id.as_deref(),
+        item["cursor"].as_str(),
+        "id is the cursor"
+    );
+    item
+}
+
+fn position(item: &Value) -> Position {
+    Position::from_cursor(item["cursor"].as_str().expect("cursor")).expect("cursor")
+}
+
+#[tokio::test]
+async fn an_item_is_pushed_exactly_as_the_feed_returns_it() {
+    let (f, token) = member_of("team", "u").await;
+    let mut stream = open(&f.app, &token).await;
+    assert!(stream
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream")));
+    let event = post_event(&f.api(), "team", "hello").await;
+    let pushed = next_item(&mut stream).await;
+    let page = f.app.user(&token).feed("").expect(200).await;
+    assert_eq!(pushed, page["items"][0], "the stream's item is the feed's");
+    assert_eq!(pushed["id"], event["id"]);
+}
+
+/// ARCHITECTURE.md, invariant 2 on the stream: B commits while A, which
+/// took its transaction id first, is open. The stream must not push B
+/// before A: once A commits it pushes A, then B.
+#[tokio::test]
+async fn a_transaction_that_commits_late_is_never_skipped_on_the_stream() {
+    let (f, token) = member_of("team", "u").await;
+    let mut stream = open(&f.app, &token).await;
+    let (a_tx, a_id, _) = sql::event_in_open_transaction(&f.pool, &f.tenant, "team", "a").await;
+    let b = post_event(&f.api(), "team", "b").await;
+    // B is committed; whatever the stream sends now must not be B.
+    if let Some(early) = stream.next_within(Duration::from_millis(500)).await {
+        assert_ne!(early.event, "item", "pushed before A ended: {early:?}");
+    }
+    a_tx.commit().await.expect("commit A");
+    let first = next_item(&mut stream).await;
+    let second = next_item(&mut stream).await;
+    assert_eq!(first["id"], a_id, "A first");
+    assert_eq!(second["id"], b["id"], "then B");
+    assert!(position(&first) < position(&second));
+}
+
+/// 1,000 items posted in bursts while the client disconnects at random and
+/// resumes with Last-Event-ID: each arrives exactly once, in order.
+#[tokio::test]
+async fn items_arrive_once_and_in_order_across_random_reconnects() {
+    let (f, token) = member_of("team", "u").await;
+    let total = 1000usize;
+    let api_app = &f.app;
+    let tenant = f.tenant.clone();
+    let poster = async {
+        let api = api_app.tenant(&tenant);
+        let mut posted = 0;
+        while posted < total {
+            let burst = rand::thread_rng().gen_range(1..=40).min(total - posted);
+            let events: Vec<Value> = (0..burst)
+                .map(|i| json!({"team_id": "team", "type": "burst", "payload": {"i": posted + i}}))
+                .collect();
+            api.create_events(&json!({"events": events}))
+                .expect(201)
+                .await;
+            posted += burst;
+            tokio::time::sleep(Duration::from_millis(rand::thread_rng().gen_range(0..20))).await;
+        }
+    };
+    let reader = async {
+        let mut received: Vec<Value> = Vec::new();
+        let mut last_id: Option<String> = None;
+        let mut reconnects = 0;
+        while received.len() < total {
+            let mut stream = api_app
+                .open_stream(StreamCredential::Token(&token), "", last_id.as_deref())
+                .await;
+            assert_eq!(stream.status, 200);
+            let quota = rand::thread_rng().gen_range(1..150);
+            for _ in 0..quota {
+                let Some(event) = stream.next_within(PATIENCE).await else {
+                    panic!("stream stalled after {} items", received.len());
+                };
+                if event.event != "item" {
+                    assert_eq!(event.event, "marks", "{event:?}");
+                    continue;
+                }
+                last_id = event.id.clone();
+                received.push(event.json());
+                if received.len() == total {
+                    break;
+                }
+            }
+            reconnects += 1;
+        }
+        (received, reconnects)
+    };
+    let ((), (received, reconnects)) = tokio::join!(poster, reader);
+    assert!(reconnects > 3, "reconnected {reconnects} times");
+    let positions: Vec<Position> = received.iter().map(position).collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing positions, hence no duplicate"
+    );
+    let numbers: Vec<i64> = received
+        .iter()
+        .map(|i| i["payload"]["i"].as_i64().expect("i"))
+        .collect();
+    assert_eq!(numbers, (0..total as i64).collect::<Vec<_>>(), "no gap");
+}
+
+#[tokio::test]
+async fn two_tabs_converge_on_marks() {
+    let (f, token) = member_of("team", "u").await;
+    let mut tab1 = open(&f.app, &token).await;
+    let mut tab2 = open(&f.app, &token).await;
+    post_event(&f.api(), "team", "x").await;
+    let item = next_item(&mut tab1).await;
+    assert_eq!(next_item(&mut tab2).await, item);
+    assert_eq!(item["read"], false);
+
+    let marked = f
+        .app
+        .user(&token)
+        .mark_read(&json!({"up_to": item["cursor"]}))
+        .expect(200)
+        .await;
+    for tab in [&mut tab1, &mut tab2] {
+        let event = tab.next_within(PATIENCE).await.expect("marks");
+        assert_eq!(event.event, "marks", "{event:?}");
+        let marks = event.json();
+        assert_eq!(marks["read"], item["cursor"]);
+        assert_eq!(marks["unread_count"], 0);
+        assert_eq!(marks, marked, "the same as the answer to the mark");
+    }
+}
+
+#[tokio::test]
+async fn leaving_a_team_sends_membership_and_stops_its_items() {
+    let (f, token) = member_of("red", "u").await;
+    f.api().put_member("blue", "u").expect(201).await;
+    let mut stream = open(&f.app, &token).await;
+    f.api().delete_member("red", "u").expect(204).await;
+    let event = next_non_marks(&mut stream).await;
+    assert_eq!(event.event, "membership", "{event:?}");
+    assert_eq!(event.json(), json!({"team_id": "red", "removed": true}));
+    post_event(&f.api(), "red", "hidden").await;
+    let blue = post_event(&f.api(), "blue", "shown").await;
+    let next = next_item(&mut stream).await;
+    assert_eq!(next["id"], blue["id"], "red's item was not pushed");
+}
+
+#[tokio::test]
+async fn an_item_posted_on_one_instance_reaches_a_stream_on_another() {
+    let (f, token) = member_of("team", "u").await;
+    let other = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("second instance");
+    let mut stream = open(&other, &token).await;
+    let event = post_event(&f.api(), "team", "cross").await;
+    assert_eq!(next_item(&mut stream).await["id"], event["id"]);
+}
+
+#[tokio::test]
+async fn a_ticket_opens_one_stream_once_and_misuse_is_401() {
+    let (f, token) = member_of_with(
+        AppOptions::env([("TIDINGS_STREAM_TICKET_TTL_SECS", "1")]),
+        "team",
+        "u",
+    )
+    .await;
+    let user = f.app.user(&token);
+    let ticket = user.create_stream_ticket().expect(201).await;
+    let ticket = ticket["ticket"].as_str().expect("ticket").to_string();
+
+    let mut stream = f
+        .app
+        .open_stream(StreamCredential::Ticket(&ticket), "", None)
+        .await;
+    assert_eq!(stream.status, 200);
+    let event = post_event(&f.api(), "team", "via-ticket").await;
+    assert_eq!(next_item(&mut stream).await["id"], event["id"]);
+    drop(stream);
+
+    let reused = f
+        .app
+        .open_stream(StreamCredential::Ticket(&ticket), "", None)
+        .await;
+    assert_eq!(reused.status, 401, "a used ticket");
+    assert!(reused
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/problem+json")));
+    let forged = f
+        .app
+        .open_stream(StreamCredential::Ticket("tds_forged"), "", None)
+        .await;
+    assert_eq!(forged.status, 401, "an unknown ticket");
+
+    let expiring = user.create_stream_ticket().expect(201).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let expired = f
+        .app
+        .open_stream(
+            StreamCredential::Ticket(expiring["ticket"].as_str().expect("ticket")),
+            "",
+            None,
+        )
+        .await;
+    assert_eq!(expired.status, 401, "an expired ticket");
+
+    let stale = tidings_server::credentials::mint_user_token(
+        &f.tenant.signing_secret,
+        f.tenant.uuid(),
+        "u",
+        chrono::Utc::now().timestamp() - 60,
+    )
+    .expect("token");
+    let refused = f
+        .app
+        .open_stream(StreamCredential::Token(&stale), "", None)
+        .await;
+    assert_eq!(refused.status, 401, "an expired token");
+    let anonymous = f.app.raw(Method::GET, "/v1/feed/stream").problem(401).await;
+    assert_eq!(anonymous["status"], 401);
+}
+
+#[tokio::test]
+async fn a_bad_resume_cursor_gets_reset() {
+    let (f, token) = member_of("team", "u").await;
+    let mut stream = f
+        .app
+        .open_stream(StreamCredential::Token(&token), "", Some("not-a-cursor"))
+        .await;
+    assert_eq!(stream.status, 200);
+    let event = next_non_marks(&mut stream).await;
+    assert_eq!(event.event, "reset");
+    assert_eq!(event.json()["reason"], "invalid_cursor");
+    assert!(
+        stream.next_within(PATIENCE).await.is_none(),
+        "reset ends it"
+    );
+}
+
+#[tokio::test]
+async fn the_eleventh_stream_of_a_user_closes_the_oldest() {
+    let (f, token) = member_of_with(
+        AppOptions::env([("TIDINGS_STREAM_MAX_PER_USER", "2")]),
+        "team",
+        "u",
+    )
+    .await;
+    let mut first = open(&f.app, &token).await;
+    let _second = open(&f.app, &token).await;
+    let _third = open(&f.app, &token).await;
+    let event = next_non_marks(&mut first).await;
+    assert_eq!(event.event, "reset");
+    assert_eq!(event.json()["reason"], "superseded");
+}
+
+#[tokio::test]
+async fn an_instance_at_its_stream_cap_answers_503_with_retry_after() {
+    let (f, token) = member_of_with(
+        AppOptions::env([("TIDINGS_STREAM_MAX_CONNECTIONS", "1")]),
+        "team",
+        "u",
+    )
+    .await;
+    let _held = open(&f.app, &token).await;
+    let refused = f
+        .app
+        .open_stream(StreamCredential::Token(&token), "", None)
+        .await;
+    assert_eq!(refused.status, 503);
+    assert!(refused.headers.contains_key("retry-after"));
+}
+
+/// A client that stops reading is dropped with `reset` once its buffer is
+/// full, instead of being buffered without bound.
+#[tokio::test]
+async fn a_slow_consumer_is_dropped_with_reset() {
+    let (f, token) = member_of_with(
+        AppOptions::env([
+            ("TIDINGS_STREAM_BUFFER", "4"),
+            ("TIDINGS_MAX_BODY_BYTES", "1048576"),
+        ]),
+        "team",
+        "u",
+    )
+    .await;
+    let mut stream = open(&f.app, &token).await;
+    // Far more than the socket buffers hold, while the client reads nothing.
+    let text = "x".repeat(8 * 1024);
+    for batch in 0..60 {
+        let events: Vec<Value> = (0..50)
+            .map(|i| json!({"team_id": "team", "type": "big", "payload": {"i": batch * 50 + i, "text": text}}))
+            .collect();
+        f.api()
+            .create_events(&json!({"events": events}))
+            .expect(201)
+            .await;
+    }
+    let mut items = 0;
+    let last = loop {
+        let event = stream.next_within(PATIENCE).await.expect("an event");
+        if event.event == "item" {
+            items += 1;
+            continue;
+        }
+        break event;
+    };
+    assert_eq!(last.event, "reset", "{last:?}");
+    assert_eq!(last.json()["reason"], "slow_consumer");
+    assert!(items < 3000, "dropped before everything was sent ({items})");
+}
+
+#[tokio::test]
+async fn sigterm_ends_every_stream_with_a_final_event() {
+    let (mut f, token) = member_of("team", "u").await;
+    let mut stream = open(&f.app, &token).await;
+    f.app.process.send_terminate();
+    let event = next_non_marks(&mut stream).await;
+    assert_eq!(event.event, "reset");
+    assert_eq!(event.json()["reason"], "shutdown");
+    assert!(stream.next_within(PATIENCE).await.is_none());
+    f.app.process.terminate().await.expect("clean exit");
+}
+
+// ---------------------------------------------------------------------------
+// CORS
+
+const ALLOWED: &str = "https://app.example.com";
+
+async fn cors_app() -> (TenantFixture, String) {
+    member_of_with(
+        AppOptions::env([(
+            "TIDINGS_CORS_ORIGINS",
+            format!("{ALLOWED},http://localhost:5173"),
+        )]),
+        "team",
+        "u",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_allowed_origin_gets_cors_headers_on_answers_and_problems() {
+    let (f, token) = cors_app().await;
+    let ok = f
+        .app
+        .user(&token)
+        .counts()
+        .header("Origin", ALLOWED)
+        .reply(200)
+        .await;
+    assert_eq!(ok.header("access-control-allow-origin"), Some(ALLOWED));
+    let problem = f
+        .app
+        .raw(Method::GET, "/v1/feed")
+        .header("Origin", ALLOWED)
+        .reply(401)
+        .await;
+    assert_eq!(problem.header("access-control-allow-origin"), Some(ALLOWED));
+
+    let cross = reqwest::Client::new()
+        .get(f.app.url("/v1/feed/stream"))
+        .bearer_auth(&token)
+        .header("Origin", ALLOWED)
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(
+        cross
+            .headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap_or_default()),
+        Some(ALLOWED),
+        "the stream works cross-origin"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_origin_gets_no_cors_headers() {
+    let (f, token) = cors_app().await;
+    let answer = f
+        .app
+        .user(&token)
+        .counts()
+        .header("Origin", "https://evil.example")
+        .reply(200)
+        .await;
+    assert_eq!(answer.header("access-control-allow-origin"), None);
+    let preflight = f
+        .app
+        .raw(Method::OPTIONS, "/v1/feed")
+        .header("Origin", "https://evil.example")
+        .header("Access-Control-Request-Method", "GET")
+        .reply_one_of(&[404, 405])
+        .await;
+    assert_eq!(preflight.header("access-control-allow-origin"), None);
+}
+
+#[tokio::test]
+async fn the_preflight_of_an_allowed_origin_is_answered() {
+    let (f, _) = cors_app().await;
+    let preflight = f
+        .app
+        .raw(Method::OPTIONS, "/v1/feed/stream")
+        .header("Origin", ALLOWED)
+        .header("Access-Control-Request-Method", "GET")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization, last-event-id",
+        )
+        .reply(204)
+        .await;
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some(ALLOWED)
+    );
+    let allowed = preflight
+        .header("access-control-allow-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    for header in [
+        "authorization",
+        "content-type",
+        "last-event-id",
+        "idempotency-key",
+    ] {
+        assert!(allowed.contains(header), "{header} in {allowed}");
+    }
+    assert!(preflight.header("access-control-max-age").is_some());
+}
