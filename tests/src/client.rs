@@ -551,6 +551,12 @@ impl<'a> UserApi<'a> {
             .call(Method::POST, format!("/v1/feed/items/{id}/read"))
     }
 
+    /// `feed.stream`, for answers that end (problems); a live stream is read
+    /// as it arrives with [`crate::TestApp::open_stream`].
+    pub fn stream(&self, query: &str) -> Call<'a> {
+        self.0.call(Method::GET, format!("/v1/feed/stream{query}"))
+    }
+
     /// `feed.stream_tickets.create`
     pub fn create_stream_ticket(&self) -> Call<'a> {
         self.0.call(Method::POST, "/v1/feed/stream-tickets".into())
