@@ -5,7 +5,9 @@
 -- source-fn: tidings_server::store::feed::counts_sql()
 WITH 
 horizon AS MATERIALIZED (
-    SELECT $7::bigint AS tx
+    SELECT CASE WHEN pg_is_in_recovery()
+                THEN least($7::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint)
+                ELSE $7::bigint END AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)

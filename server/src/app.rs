@@ -34,6 +34,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             token
         }
     };
+    let listen_pool = db::listen_pool(&args.database, &pool)?;
+    let replicas = crate::replicas::Replicas::connect(
+        pool.clone(),
+        &args.replicas,
+        args.database.db_max_connections,
+    )?;
     let state = AppState::new(
         pool,
         Settings {
@@ -44,7 +50,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stream: args.stream.clone(),
             cors_origins: crate::config::cors_origins(&args.cors_origins)?,
         },
-    );
+    )
+    .with_listen_pool(listen_pool)
+    .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
     let workers = crate::workers::spawn_all(&state, &shutdown);

@@ -9,12 +9,18 @@ use crate::{
     auth::AuthCache,
     cache::Caches,
     horizon::Horizons,
+    replicas::Replicas,
     stream::{Hub, HubLimits},
 };
 
 #[derive(Clone)]
 pub struct AppState {
+    /// The primary (directly or through a pooler): writes and current reads.
     pub pool: PgPool,
+    /// Sessions for LISTEN: `TIDINGS_DATABASE_LISTEN_URL`, else `pool`.
+    pub listen_pool: PgPool,
+    /// Where reads that tolerate replay lag go (`crate::replicas`).
+    pub replicas: Arc<Replicas>,
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
@@ -25,6 +31,7 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// A state on one database: LISTEN on the same pool, no standbys.
     pub fn new(pool: PgPool, settings: Settings) -> Self {
         let limits = HubLimits {
             max_connections: settings.stream.stream_max_connections,
@@ -32,6 +39,8 @@ impl AppState {
             buffer: settings.stream.buffer(),
         };
         AppState {
+            listen_pool: pool.clone(),
+            replicas: Arc::new(Replicas::primary_only(pool.clone())),
             pool,
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
@@ -39,6 +48,17 @@ impl AppState {
             horizons: Arc::new(Horizons::default()),
             stream: Arc::new(Hub::new(limits)),
         }
+    }
+
+    /// LISTEN sessions on their own pool (a direct URL beside a pooler).
+    pub fn with_listen_pool(mut self, listen_pool: PgPool) -> Self {
+        self.listen_pool = listen_pool;
+        self
+    }
+
+    pub fn with_replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = Arc::new(replicas);
+        self
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.

@@ -101,6 +101,11 @@ impl TestApp {
         })
     }
 
+    /// `http://127.0.0.1:PORT`, for clients of its own (concurrent readers).
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     /// The address of `path` on this server (for requests the typed client
     /// cannot make, such as reading a stream as it arrives).
     pub fn url(&self, path: &str) -> String {

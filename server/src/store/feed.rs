@@ -111,12 +111,16 @@ pub enum Mark {
 
 /// The tenant's horizon, the user's teams and their watermarks (one row even
 /// when the user has none stored yet). `horizon` is the statement's last
-/// parameter, `$n`: rows are served only below it.
+/// parameter, `$n`: rows are served only below it. It is read on the primary;
+/// on a hot standby, which may not have replayed everything below it yet, the
+/// standby's own snapshot xmin bounds it too (the cluster-wide rule there).
 fn prelude(horizon: &str) -> String {
     format!(
         "
 horizon AS MATERIALIZED (
-    SELECT {horizon}::bigint AS tx
+    SELECT CASE WHEN pg_is_in_recovery()
+                THEN least({horizon}::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint)
+                ELSE {horizon}::bigint END AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)

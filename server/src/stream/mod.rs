@@ -371,7 +371,8 @@ async fn tail_once(state: &AppState) -> sqlx::Result<()> {
 /// joined resync the connection. After the listener was down (changes may
 /// have been missed) every connected user is checked.
 async fn run_memberships(state: AppState, shutdown: Shutdown) {
-    let mut subscription = Subscription::new(state.pool.clone(), NotifyChannel::Cache, shutdown);
+    let mut subscription =
+        Subscription::new(state.listen_pool.clone(), NotifyChannel::Cache, shutdown);
     let mut was_up = false;
     while let Some(event) = subscription.next().await {
         let users = match event {
@@ -405,7 +406,8 @@ async fn run_memberships(state: AppState, shutdown: Shutdown) {
 /// Marks of connected users: each change is read once per instance and sent
 /// to every connection of the user.
 async fn run_marks(state: AppState, shutdown: Shutdown) {
-    let mut subscription = Subscription::new(state.pool.clone(), NotifyChannel::Marks, shutdown);
+    let mut subscription =
+        Subscription::new(state.listen_pool.clone(), NotifyChannel::Marks, shutdown);
     while let Some(event) = subscription.next().await {
         let Event::Notification(payload) = event else {
             continue;
@@ -417,10 +419,29 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
         if !state.stream.has_user(changed.tenant_id, &changed.user_id) {
             continue;
         }
-        let Ok(user) = UserId::parse(changed.user_id.clone()) else {
-            continue;
+        // From the primary: a standby may not have replayed the change yet.
+        let status = async {
+            let teams = team_store::list_memberships_of_user(
+                &state.pool,
+                changed.tenant_id,
+                &changed.user_id,
+            )
+            .await?;
+            let horizon = state
+                .horizons
+                .fresh(&state.pool)
+                .await?
+                .of(changed.tenant_id);
+            feed_store::read_status(
+                &state.pool,
+                changed.tenant_id,
+                &changed.user_id,
+                &teams,
+                horizon,
+            )
+            .await
         };
-        match crate::feed::status(&state, changed.tenant_id, &user).await {
+        match status.await {
             Ok(status) => state
                 .stream
                 .send_marks(changed.tenant_id, &changed.user_id, status),
