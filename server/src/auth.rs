@@ -3,9 +3,12 @@
 //!
 //! Three kinds, all `Authorization: Bearer …`:
 //! - **API key** (`tdk_…`): a tenant's backend. Stored only as a SHA-256 hash.
-//! - **User token**: an HS256 JWT with claims `sub` (user id), `tid` (tenant id) and
-//!   `exp`, signed with the tenant's signing secret (the HMAC key is the UTF-8 bytes
-//!   of the secret string), so a tenant's backend can mint it without calling us.
+//! - **User token**: an HS256 JWT with claims `sub` (user id), `tid` (tenant id),
+//!   `iat` and `exp` (both required; `exp - iat` at most
+//!   `TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS`, default a day) and optionally `nbf`
+//!   (honoured), signed with the tenant's signing secret (the HMAC key is the UTF-8
+//!   bytes of the secret string), so a tenant's backend can mint it without calling us.
+//!   An unknown tenant and a wrong signature are one answer.
 //! - **Admin token**: the operator's, from `TIDINGS_ADMIN_TOKEN`.
 //!
 //! A credential that is invalid for every kind is 401; a valid credential of the
@@ -129,6 +132,17 @@ async fn tenant_for_api_key(state: &AppState, key: &str) -> Result<Option<Uuid>,
     Ok(found)
 }
 
+/// The claims a user token must carry to be checked.
+#[derive(serde::Deserialize)]
+struct CheckedClaims {
+    sub: String,
+    iat: i64,
+    exp: i64,
+}
+
+/// Allowed clock difference between the tenant's backend and us, in seconds.
+const CLOCK_LEEWAY_SECS: u64 = 5;
+
 async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, ApiError> {
     let bad = |why: &str| ApiError::unauthorized(format!("invalid user token: {why}"));
     // The tenant (and so the key) is named inside the token; read it unverified,
@@ -144,40 +158,84 @@ async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, Api
         .as_str()
         .and_then(|t| Uuid::parse_str(t).ok())
         .ok_or_else(|| bad("missing or malformed tid"))?;
+    // An unknown tenant and a wrong signature get the same answer: telling
+    // them apart would let anyone enumerate tenant ids.
+    let not_verified = || bad("signature does not verify");
     let secret = signing_secret(state, tenant_id)
         .await?
-        .ok_or_else(|| bad("unknown tenant"))?;
+        .ok_or_else(not_verified)?;
 
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
-    validation.leeway = 5;
-    let data = jsonwebtoken::decode::<UserClaims>(
+    validation.validate_nbf = true;
+    validation.leeway = CLOCK_LEEWAY_SECS;
+    let data = jsonwebtoken::decode::<CheckedClaims>(
         token,
         &DecodingKey::from_secret(secret.as_bytes()),
         &validation,
     )
     .map_err(|err| match err.kind() {
         jsonwebtoken::errors::ErrorKind::ExpiredSignature => bad("expired"),
-        jsonwebtoken::errors::ErrorKind::InvalidSignature => {
-            bad("signature does not match the tenant")
+        jsonwebtoken::errors::ErrorKind::ImmatureSignature => bad("not valid yet (nbf)"),
+        jsonwebtoken::errors::ErrorKind::InvalidSignature => not_verified(),
+        jsonwebtoken::errors::ErrorKind::Json(_) => {
+            bad("claims sub, tid, iat and exp are required")
         }
         _ => bad("malformed"),
     })?;
-    let user_id = UserId::parse_as("sub", data.claims.sub).map_err(|e| bad(&e.to_string()))?;
+    let claims = data.claims;
+    check_lifetime(
+        claims.iat,
+        claims.exp,
+        chrono::Utc::now().timestamp(),
+        state.settings.auth.user_token_max_lifetime_secs,
+    )
+    .map_err(|why| bad(&why))?;
+    let user_id = UserId::parse_as("sub", claims.sub).map_err(|e| bad(&e.to_string()))?;
     Ok(UserCtx { tenant_id, user_id })
 }
 
+/// A token may live at most `max_lifetime` seconds (`exp - iat`), and may not
+/// claim to be issued in the future: without both, a tenant's backend (or
+/// whoever holds its secret) could mint a token that never expires.
+fn check_lifetime(iat: i64, exp: i64, now: i64, max_lifetime: u64) -> Result<(), String> {
+    if iat > now.saturating_add(CLOCK_LEEWAY_SECS as i64) {
+        return Err("issued in the future (iat)".into());
+    }
+    let lifetime = i128::from(exp) - i128::from(iat);
+    if lifetime > i128::from(max_lifetime) {
+        return Err(format!(
+            "lifetime exp - iat is {lifetime} s; the limit is {max_lifetime} s"
+        ));
+    }
+    Ok(())
+}
+
+/// Signing secrets by tenant, with misses cached as briefly as API keys, so a
+/// flood of tokens naming made-up tenants costs no query each.
 async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<String>, ApiError> {
     if let Some(hit) = state.auth_cache.signing_secrets.get(&tenant_id).await {
         return Ok(Some(hit));
     }
+    if state
+        .auth_cache
+        .unknown_tenants
+        .get(&tenant_id)
+        .await
+        .is_some()
+    {
+        return Ok(None);
+    }
     let found = store::tenants::find_signing_secret(&state.pool, tenant_id).await?;
-    if let Some(secret) = &found {
-        state
-            .auth_cache
-            .signing_secrets
-            .insert(tenant_id, secret.clone())
-            .await;
+    match &found {
+        Some(secret) => {
+            state
+                .auth_cache
+                .signing_secrets
+                .insert(tenant_id, secret.clone())
+                .await
+        }
+        None => state.auth_cache.unknown_tenants.insert(tenant_id, ()).await,
     }
     Ok(found)
 }
@@ -194,6 +252,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub struct AuthCache {
     pub api_keys: moka::future::Cache<Vec<u8>, Option<Uuid>>,
     pub signing_secrets: moka::future::Cache<Uuid, String>,
+    /// Tenant ids user tokens named that do not exist, for `API_KEY_CACHE_TTL`.
+    pub unknown_tenants: moka::future::Cache<Uuid, ()>,
 }
 
 impl Default for AuthCache {
@@ -205,6 +265,10 @@ impl Default for AuthCache {
                 .build(),
             // Signing secrets never change once issued.
             signing_secrets: moka::future::Cache::builder().max_capacity(100_000).build(),
+            unknown_tenants: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(API_KEY_CACHE_TTL)
+                .build(),
         }
     }
 }
@@ -219,5 +283,20 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
         assert!(!constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn token_lifetime_is_capped_and_iat_may_not_be_in_the_future() {
+        let now = 1_000_000;
+        let day = 86_400;
+        assert!(check_lifetime(now, now + day, now, day).is_ok());
+        assert!(check_lifetime(now - 10, now + day - 10, now, day).is_ok());
+        assert!(check_lifetime(now, now + day + 1, now, day).is_err());
+        assert!(
+            check_lifetime(now, 253_402_300_799, now, day).is_err(),
+            "year 9999"
+        );
+        assert!(check_lifetime(now + 3600, now + 7200, now, day).is_err());
+        assert!(check_lifetime(i64::MIN, i64::MAX, now, day).is_err());
     }
 }

@@ -12,11 +12,16 @@ use uuid::Uuid;
 
 pub const API_KEY_PREFIX: &str = "tdk_";
 
+/// The claims of a user token. `iat` and `exp` are required; `nbf` is
+/// honoured when present (`crate::auth` checks them).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct UserClaims {
     pub sub: String,
     pub tid: String,
+    pub iat: i64,
     pub exp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
 /// Mints a user token exactly as a tenant's backend would.
@@ -24,12 +29,15 @@ pub fn mint_user_token(
     secret: &str,
     tenant_id: Uuid,
     user_id: &str,
+    iat: i64,
     exp: i64,
 ) -> anyhow::Result<String> {
     let claims = UserClaims {
         sub: user_id.to_string(),
         tid: tenant_id.to_string(),
+        iat,
         exp,
+        nbf: None,
     };
     Ok(jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),

@@ -20,6 +20,7 @@ pub mod error;
 pub mod events;
 pub mod feed;
 pub mod idempotency;
+pub mod json_nul;
 pub mod listen;
 pub mod nats_inbox;
 pub mod outbox;

@@ -3,7 +3,8 @@
 //! after commit, so redelivery, duplicates, replays and a crash between commit
 //! and ack create nothing new. Needs a NATS server with JetStream
 //! (`TIDINGS_TEST_NATS_URL`, default nats://127.0.0.1:4222). Each test uses its
-//! own stream and subject.
+//! own stream and subject pattern, `tidings.test.<id>.*`, whose last token is
+//! the tenant.
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ fn nats_url() -> String {
 struct Bus {
     js: jetstream::Context,
     stream: String,
-    subject: String,
+    /// `tidings.test.<id>`: a tenant's subject is `<prefix>.<tenant id>`.
+    prefix: String,
 }
 
 impl Bus {
@@ -33,20 +35,16 @@ impl Bus {
             .await
             .expect("NATS is running");
         let js = jetstream::new(client);
-        let (stream, subject) = (format!("TIDINGS_TEST_{id}"), format!("tidings.test.{id}"));
+        let (stream, prefix) = (format!("TIDINGS_TEST_{id}"), format!("tidings.test.{id}"));
         js.create_stream(StreamConfig {
             name: stream.clone(),
-            subjects: vec![subject.clone()],
+            subjects: vec![format!("{prefix}.*")],
             duplicate_window: Duration::from_millis(200),
             ..Default::default()
         })
         .await
         .unwrap();
-        Bus {
-            js,
-            stream,
-            subject,
-        }
+        Bus { js, stream, prefix }
     }
 
     /// `serve` consuming this stream with the durable consumer `durable`.
@@ -54,28 +52,26 @@ impl Bus {
         AppOptions::env([
             ("TIDINGS_NATS_URL", nats_url()),
             ("TIDINGS_NATS_STREAM", self.stream.clone()),
-            ("TIDINGS_NATS_SUBJECT", self.subject.clone()),
+            ("TIDINGS_NATS_SUBJECT", format!("{}.*", self.prefix)),
             ("TIDINGS_NATS_DURABLE", durable.into()),
             ("TIDINGS_NATS_ACK_WAIT_SECS", "2".into()),
         ])
     }
 
-    async fn publish(&self, body: &Value, msg_id: Option<&str>) {
+    /// Publishes `body` on `tenant`'s subject.
+    async fn publish(&self, tenant: &str, body: &Value, msg_id: Option<&str>) {
+        let subject = format!("{}.{tenant}", self.prefix);
         let payload = serde_json::to_vec(body).unwrap().into();
         let ack = match msg_id {
             Some(id) => {
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert("Nats-Msg-Id", id);
                 self.js
-                    .publish_with_headers(self.subject.clone(), headers, payload)
+                    .publish_with_headers(subject, headers, payload)
                     .await
                     .unwrap()
             }
-            None => self
-                .js
-                .publish(self.subject.clone(), payload)
-                .await
-                .unwrap(),
+            None => self.js.publish(subject, payload).await.unwrap(),
         };
         ack.await.unwrap();
     }
@@ -109,9 +105,8 @@ impl Bus {
     }
 }
 
-fn alert_message(tenant: &str) -> Value {
+fn alert_message() -> Value {
     json!({
-        "tenant_id": tenant,
         "event_type": "invoice.overdue",
         "entity_id": "inv-7",
         "recipients": ["ann", "bob"],
@@ -129,12 +124,13 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
         .await
         .unwrap();
     let tenant = app.create_tenant().await;
-    let message = alert_message(&tenant.id);
+    let message = alert_message();
 
     // Three copies with one Nats-Msg-Id, spaced past JetStream's duplicate window
     // so that the stream stores all three and only our inbox can tell.
     for _ in 0..3 {
-        bus.publish(&message, Some("billing-run-1")).await;
+        bus.publish(&tenant.id, &message, Some("billing-run-1"))
+            .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let mut stream = bus.js.get_stream(&bus.stream).await.unwrap();
@@ -149,12 +145,16 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
 
     // Poison: recorded with its reason and terminated, not redelivered forever.
-    bus.publish(&json!("not an alert"), None).await;
-    let mut unknown_tenant = alert_message(&uuid::Uuid::now_v7().to_string());
+    // A subject naming no tenant has nobody to file it under: terminated only.
+    bus.publish(&tenant.id, &json!("not an alert"), None).await;
+    let mut unknown_tenant = alert_message();
     unknown_tenant["entity_id"] = json!("inv-8");
-    bus.publish(&unknown_tenant, None).await;
+    bus.publish(&uuid::Uuid::now_v7().to_string(), &unknown_tenant, None)
+        .await;
+    bus.publish("not-a-tenant", &unknown_tenant, None).await;
     bus.wait_all_acked("first").await;
-    wait_for_count(&pool, Rows::RejectedInboxMessages, 2).await;
+    wait_for_count(&pool, Rows::RejectedInboxMessages, 1).await;
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
 
     // A replay of the whole stream by a new consumer (same message ids: Nats-Msg-Id,
     // or stream:sequence) changes nothing.
@@ -165,7 +165,7 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     bus.wait_all_acked("second").await;
     assert_eq!(count(&pool, Rows::Alerts).await, 1);
     assert_eq!(count(&pool, Rows::Notifications).await, 2);
-    assert_eq!(count(&pool, Rows::InboxMessages).await, 3);
+    assert_eq!(count(&pool, Rows::InboxMessages).await, 2);
     drop(replayer);
     bus.delete().await;
 }
@@ -181,7 +181,7 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
         .push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
     let mut app = TestApp::spawn_on(&db.url, crashy).await.unwrap();
     let tenant = app.create_tenant().await;
-    bus.publish(&alert_message(&tenant.id), None).await;
+    bus.publish(&tenant.id, &alert_message(), None).await;
 
     // The alert commits, then the process aborts before acking.
     wait_for_count(&pool, Rows::InboxMessages, 1).await;
@@ -202,4 +202,162 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
     assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
     drop(restarted);
     bus.delete().await;
+}
+
+#[tokio::test]
+async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let app = TestApp::spawn_on(&db.url, bus.app_options("tenants"))
+        .await
+        .unwrap();
+    let (a, b) = (app.create_tenant().await, app.create_tenant().await);
+
+    // A publisher on a's subject cannot act as b by naming b in the body.
+    let mut claims_b = alert_message();
+    claims_b["tenant_id"] = json!(b.id);
+    bus.publish(&a.id, &claims_b, Some("forged")).await;
+    bus.wait_all_acked("tenants").await;
+    wait_for_count(&pool, Rows::RejectedInboxMessages, 1).await;
+    assert_eq!(count(&pool, Rows::Alerts).await, 0);
+
+    // The same message id from two tenants is two messages: a cannot
+    // pre-claim b's ids.
+    bus.publish(&a.id, &alert_message(), Some("run-1")).await;
+    bus.publish(&b.id, &alert_message(), Some("run-1")).await;
+    bus.wait_all_acked("tenants").await;
+    wait_for_count(&pool, Rows::Alerts, 2).await;
+    for tenant in [&a, &b] {
+        let alerts = app.tenant(tenant).list_deliveries("").expect(200).await;
+        assert_eq!(alerts["data"].as_array().map(Vec::len), Some(2), "{alerts}");
+    }
+    drop(app);
+    bus.delete().await;
+}
+
+/// A `nats-server` of its own, run with `deploy/nats/nats-server.conf`: the
+/// example tenant ids replaced by `tenants`, a free port, a private store.
+struct AclServer {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl AclServer {
+    fn start(tenants: [&str; 2]) -> AclServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("tidings-nats-acl-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/nats-server.conf"
+        ))
+        .unwrap()
+        .replace("127.0.0.1:4222", &format!("127.0.0.1:{port}"))
+        .replace("/var/lib/nats", &dir.join("js").display().to_string())
+        .replace("00000000-0000-0000-0000-00000000000a", tenants[0])
+        .replace("00000000-0000-0000-0000-00000000000b", tenants[1]);
+        let path = dir.join("nats-server.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = std::process::Command::new("nats-server")
+            .arg("-c")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("nats-server is installed (scripts/test installs it)");
+        AclServer { child, dir, port }
+    }
+
+    fn url(&self, user: &str, password: &str) -> String {
+        format!("nats://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+
+    /// A tenant's publisher, connected as the configuration says it must.
+    async fn publisher(&self, tenant: &str, password: &str) -> jetstream::Context {
+        let client = async_nats::ConnectOptions::with_user_and_password(
+            format!("tenant-{tenant}"),
+            password.into(),
+        )
+        .custom_inbox_prefix(format!("_INBOX_{tenant}"))
+        .connect(format!("127.0.0.1:{}", self.port))
+        .await
+        .expect("the publisher connects");
+        let mut js = jetstream::new(client);
+        js.set_timeout(Duration::from_secs(2));
+        js
+    }
+}
+
+impl Drop for AclServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn publishers_can_write_only_their_own_subject() {
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    // Tidings first (it makes the tenants); it connects to NATS once the
+    // server below is up (the inbox reconnects every second).
+    let first = TestApp::spawn_on(&db.url, AppOptions::default())
+        .await
+        .unwrap();
+    let (a, b) = (first.create_tenant().await, first.create_tenant().await);
+    drop(first);
+    let nats = AclServer::start([&a.id, &b.id]);
+    let app = TestApp::spawn_on(
+        &db.url,
+        AppOptions::env([
+            ("TIDINGS_NATS_URL", nats.url("tidings", "change-me-tidings")),
+            ("TIDINGS_NATS_DURABLE", "acl".to_string()),
+        ]),
+    )
+    .await
+    .unwrap();
+
+    let publisher_a = nats.publisher(&a.id, "change-me-tenant-a").await;
+    let body: Vec<u8> = serde_json::to_vec(&alert_message()).unwrap();
+    // Its own subject: accepted once Tidings has created the stream.
+    let mut acked = false;
+    for _ in 0..60 {
+        if let Ok(ack) = publisher_a
+            .publish(format!("tidings.{}.alerts", a.id), body.clone().into())
+            .await
+        {
+            if ack.await.is_ok() {
+                acked = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        acked,
+        "tenant a's publisher could not publish on its own subject"
+    );
+    wait_for_count(&pool, Rows::Alerts, 1).await;
+
+    // Another tenant's subject: refused by the server, so never acknowledged
+    // and never consumed.
+    let forged = match publisher_a
+        .publish(format!("tidings.{}.alerts", b.id), body.into())
+        .await
+    {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!forged, "tenant a published on tenant b's subject");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
+    let deliveries_of_b = app.tenant(&b).list_deliveries("").expect(200).await;
+    assert_eq!(deliveries_of_b["data"], json!([]));
 }

@@ -17,22 +17,19 @@ pub struct UserTokensApi {
     pub state: AppState,
 }
 
-/// Longest lifetime a minted token may have: a day. Front ends refresh through
-/// their own backend.
-const MAX_TTL_SECONDS: u32 = 86_400;
-
 #[derive(Debug, Object)]
 #[oai(deny_unknown_fields)]
 pub struct UserTokenIn {
     /// The user the token speaks for (1–255 bytes).
     pub user_id: String,
-    /// Lifetime in seconds, 1–86400 (default 3600).
+    /// Lifetime in seconds, from 1 to the server's cap
+    /// (`TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS`, default 86400); default 3600.
     pub ttl_seconds: Option<u32>,
 }
 
 #[derive(Debug, Object)]
 pub struct UserTokenOut {
-    /// HS256 JWT with claims `sub`, `tid`, `exp`.
+    /// HS256 JWT with claims `sub`, `tid`, `iat`, `exp`.
     pub token: String,
     pub user_id: String,
     pub expires_at: DateTime<Utc>,
@@ -62,20 +59,27 @@ impl UserTokensApi {
             ttl_seconds,
         } = body.0;
         let user = UserId::parse(user_id)?;
+        let max_ttl = self.state.settings.auth.user_token_max_lifetime_secs;
         let ttl = ttl_seconds.unwrap_or(3600);
-        if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
+        if ttl == 0 || u64::from(ttl) > max_ttl {
             return Err(ApiError::bad_request(
                 "invalid_ttl",
-                format!("ttl_seconds must be 1..={MAX_TTL_SECONDS}"),
+                format!("ttl_seconds must be 1..={max_ttl}"),
             ));
         }
         let tenant_id = auth.0.tenant_id;
         let secret = store::tenants::find_signing_secret(&self.state.pool, tenant_id)
             .await?
             .ok_or_else(|| ApiError::unauthorized("tenant no longer exists"))?;
-        let expires_at = Utc::now() + chrono::Duration::seconds(i64::from(ttl));
-        let token =
-            credentials::mint_user_token(&secret, tenant_id, &user, expires_at.timestamp())?;
+        let issued_at = Utc::now();
+        let expires_at = issued_at + chrono::Duration::seconds(i64::from(ttl));
+        let token = credentials::mint_user_token(
+            &secret,
+            tenant_id,
+            &user,
+            issued_at.timestamp(),
+            expires_at.timestamp(),
+        )?;
         Ok(UserTokenCreated::Created(Json(UserTokenOut {
             token,
             user_id: user.into_string(),
