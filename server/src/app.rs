@@ -36,8 +36,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
     // Fail at start-up, not at the first email.
     outbox.channels()?;
+    let secrets = crate::tenants::load_secret_keys(&args.database)?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
+    crate::tenants::seal_at_start(&pool, &secrets).await?;
     let state = AppState::new(
         pool,
         Settings {
@@ -47,6 +49,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             alerts: args.alerts.clone(),
             auth: args.auth.clone(),
         },
+        secrets,
     );
 
     let (trigger, shutdown) = shutdown::channel();

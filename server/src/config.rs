@@ -31,6 +31,7 @@ pub mod defaults {
 
     pub const WEBHOOK_ROTATION_GRACE_SECS: u64 = 24 * 3600;
     pub const USER_TOKEN_MAX_LIFETIME_SECS: u64 = 24 * 3600;
+    pub const SIGNING_ROTATION_OVERLAP_SECS: u64 = 24 * 3600;
     pub const IDEMPOTENCY_RETENTION_SECS: u64 = 24 * 3600;
     pub const IDEMPOTENCY_PURGE_INTERVAL_SECS: u64 = 3600;
     pub const IDEMPOTENCY_LEASE_SECS: u64 = 60;
@@ -125,6 +126,19 @@ pub struct DatabaseArgs {
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
+    /// Key for secrets at rest (tenants' signing secrets, webhook secrets):
+    /// `<key id>:<base64 of 32 bytes>` (`openssl rand -base64 32`), or several
+    /// separated by commas: the first seals, all open, and start-up re-seals
+    /// what an older key sealed (rotation). Unset: a key generated on first
+    /// start and kept in <data dir>/secret-key (one box; replicas on several
+    /// machines must share one TIDINGS_SECRET_KEY).
+    #[arg(
+        long,
+        env = "TIDINGS_SECRET_KEY",
+        hide_env_values = true,
+        value_name = "KEYS"
+    )]
+    pub secret_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -230,19 +244,27 @@ pub enum AllowPrivate {
 ///
 /// Defaults and why: a day's lifetime bounds how long a leaked token works
 /// (a front end refreshes through its backend); it is also the longest
-/// `POST /v1/user-tokens` mints.
+/// `POST /v1/user-tokens` mints. A rotated-out signing secret verifies for as
+/// long again, so a rotation never cuts short a token already handed out;
+/// for an emergency (a leaked secret), revoke users' tokens as well.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuthConfig {
     /// Longest lifetime (`exp - iat`) of a user token, in seconds; longer-lived
     /// tokens are refused, however they were signed.
     #[arg(long, env = "TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS", default_value_t = defaults::USER_TOKEN_MAX_LIFETIME_SECS)]
     pub user_token_max_lifetime_secs: u64,
+    /// How long a rotated-out signing secret keeps verifying user tokens, in
+    /// seconds. At least the token lifetime, so no token handed out before a
+    /// rotation stops working early.
+    #[arg(long, env = "TIDINGS_SIGNING_ROTATION_OVERLAP_SECS", default_value_t = defaults::SIGNING_ROTATION_OVERLAP_SECS)]
+    pub signing_rotation_overlap_secs: u64,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
             user_token_max_lifetime_secs: defaults::USER_TOKEN_MAX_LIFETIME_SECS,
+            signing_rotation_overlap_secs: defaults::SIGNING_ROTATION_OVERLAP_SECS,
         }
     }
 }

@@ -24,9 +24,11 @@ pub struct UserClaims {
     pub nbf: Option<i64>,
 }
 
-/// Mints a user token exactly as a tenant's backend would.
+/// Mints a user token exactly as a tenant's backend would, naming the
+/// signing secret by its key id (`kid` in the header).
 pub fn mint_user_token(
     secret: &str,
+    key_id: &str,
     tenant_id: Uuid,
     user_id: &str,
     iat: i64,
@@ -39,8 +41,10 @@ pub fn mint_user_token(
         exp,
         nbf: None,
     };
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some(key_id.to_owned());
     Ok(jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
+        &header,
         &claims,
         &EncodingKey::from_secret(secret.as_bytes()),
     )?)
@@ -52,6 +56,12 @@ pub fn new_api_key() -> String {
 
 pub fn new_signing_secret() -> String {
     random_token(32)
+}
+
+/// A signing secret's key id (`kid`): short, random, URL-safe. Tenants
+/// created before rotation existed have `k0`.
+pub fn new_signing_key_id() -> String {
+    format!("k{}", random_token(6))
 }
 
 pub fn random_token(bytes: usize) -> String {

@@ -186,6 +186,7 @@ fn configuration_and_leaf_value_types_import_nothing_of_the_server() {
         "json_nul",
         "paging",
         "payload",
+        "secrets",
         "backoff",
         "shutdown",
     ] {

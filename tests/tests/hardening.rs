@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use jsonwebtoken::{encode, EncodingKey, Header};
 use reqwest::Method;
 use serde_json::{json, Value};
-use tidings_tests::{tidings_bin, TenantFixture, TestApp};
+use tidings_tests::{sql, tidings_bin, AppOptions, TenantFixture, TestApp};
 
 fn jwt(secret: &str, claims: Value) -> String {
     encode(
@@ -119,7 +119,8 @@ async fn ids_with_bidi_or_zero_width_characters_are_refused() {
     for sneaky in ["adm\u{200b}in", "\u{202e}nimda", "a\u{2066}b", "\u{feff}x"] {
         let mut body = alert(json!({}));
         body["recipients"] = json!([sneaky]);
-        let problem = api.create_alert(&body).problem(400).await;
+        // An alert's invalid recipient is `invalid_alert` (422), as for controls.
+        let problem = api.create_alert(&body).problem(422).await;
         assert!(
             problem["detail"]
                 .as_str()
@@ -284,4 +285,152 @@ async fn raw_nul_in_a_query_or_path_is_never_a_500() {
         .bearer(&token)
         .reply_one_of(&[400])
         .await;
+}
+
+fn jwt_with_kid(secret: &str, kid: Option<&str>, claims: Value) -> String {
+    let mut header = Header::default();
+    header.kid = kid.map(str::to_owned);
+    encode(
+        &header,
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encodable")
+}
+
+#[tokio::test]
+async fn a_rotated_signing_secret_keeps_verifying_through_the_overlap_only() {
+    let f = TenantFixture::spawn().await;
+    let (app, t) = (&f.app, &f.tenant);
+    let claims = || json!({"sub": "ann", "tid": t.id, "iat": now(), "exp": now() + 600});
+    let status = |token: String| async move {
+        app.user(&token)
+            .counts()
+            .reply_one_of(&[200, 401])
+            .await
+            .status
+    };
+    let before = f.token("ann").await;
+    let old_self_signed = jwt(&t.signing_secret, claims());
+
+    let first = app.tenant(t).rotate_signing_secret().expect(201).await;
+    let (new_secret, new_kid) = (
+        first["signing_secret"].as_str().expect("secret").to_owned(),
+        first["key_id"].as_str().expect("kid").to_owned(),
+    );
+    assert_eq!(first["previous_key_id"], "k0");
+    assert_ne!(new_secret, t.signing_secret);
+    // Old tokens work through the overlap; new ones with or without kid.
+    assert_eq!(status(before.clone()).await, 200);
+    assert_eq!(status(old_self_signed.clone()).await, 200);
+    assert_eq!(
+        status(jwt_with_kid(&new_secret, Some(&new_kid), claims())).await,
+        200
+    );
+    assert_eq!(status(jwt(&new_secret, claims())).await, 200);
+    // A kid names one secret: the old secret under the new kid is refused.
+    assert_eq!(
+        status(jwt_with_kid(&t.signing_secret, Some(&new_kid), claims())).await,
+        401
+    );
+    let minted = f.token("ann").await;
+    let header: Value = serde_json::from_slice(
+        &base64::Engine::decode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            minted.split('.').next().expect("header"),
+        )
+        .expect("base64"),
+    )
+    .expect("json");
+    assert_eq!(
+        header["kid"],
+        new_kid.as_str(),
+        "minted with the new secret"
+    );
+
+    // A second rotation ends the first one's overlap at once.
+    app.tenant(t).rotate_signing_secret().expect(201).await;
+    assert_eq!(status(before).await, 401);
+    assert_eq!(status(old_self_signed).await, 401);
+    assert_eq!(status(minted).await, 200);
+}
+
+#[tokio::test]
+async fn revoking_a_users_tokens_refuses_those_issued_before() {
+    let f = TenantFixture::spawn().await;
+    let other_tenant = f.app.create_tenant().await;
+    let (ann, bob) = (f.token("ann").await, f.token("bob").await);
+    let other_ann = f.app.user_token(&other_tenant, "ann").await;
+    let revoked = f.api().revoke_user_tokens("ann").expect(200).await;
+    assert_eq!(revoked["user_id"], "ann");
+    let problem = f.app.user(&ann).counts().problem(401).await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("revoked"),
+        "{problem}"
+    );
+    f.app.user(&bob).counts().expect(200).await;
+    f.app.user(&other_ann).counts().expect(200).await;
+    // Tokens issued after the revocation (past its second) work.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let fresh = f.token("ann").await;
+    f.app.user(&fresh).counts().expect(200).await;
+    f.api().revoke_user_tokens("a\u{200b}b").problem(400).await;
+}
+
+#[tokio::test]
+async fn signing_and_webhook_secrets_are_stored_sealed_and_old_rows_are_sealed_at_start() {
+    let f = TenantFixture::spawn().await;
+    let api = f.api();
+    let created = api
+        .create_endpoint(&json!({"url": "https://example.com/h"}))
+        .expect(201)
+        .await;
+    let (id, webhook_secret) = (
+        created["id"].as_str().expect("id").to_owned(),
+        created["secret"].as_str().expect("secret").to_owned(),
+    );
+    let (signing, _) = sql::stored_signing_secrets(&f.pool, &f.tenant).await;
+    assert!(signing.starts_with("tdenc:v1:"), "{signing}");
+    assert!(!signing.contains(&f.tenant.signing_secret));
+    let stored = sql::stored_endpoint_secret(&f.pool, &id).await;
+    assert!(stored.starts_with("tdenc:v1:"), "{stored}");
+    assert!(!stored.contains(&webhook_secret[6..]));
+
+    // Rows from before encryption at rest: read as they are, sealed at the
+    // next start.
+    sql::stage_plaintext_secrets(&f.pool, &f.tenant, &id, &webhook_secret).await;
+    let restarted = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("restart");
+    let (signing, _) = sql::stored_signing_secrets(&f.pool, &f.tenant).await;
+    assert!(signing.starts_with("tdenc:v1:"), "{signing}");
+    assert!(sql::stored_endpoint_secret(&f.pool, &id)
+        .await
+        .starts_with("tdenc:v1:"));
+    // And the sealed secret still verifies the tenant's own tokens.
+    let token = jwt(
+        &f.tenant.signing_secret,
+        json!({"sub": "ann", "tid": f.tenant.id, "iat": now(), "exp": now() + 60}),
+    );
+    restarted.user(&token).counts().expect(200).await;
+}
+
+#[test]
+fn a_secret_key_that_does_not_parse_is_refused_without_being_echoed() {
+    let (ok, text) = run_tidings(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("TIDINGS_SECRET_KEY", "k1:aHVudGVyMg"),
+            (
+                "TIDINGS_ADMIN_TOKEN",
+                "a-long-enough-admin-token-for-this-test",
+            ),
+            ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing"),
+        ],
+    );
+    assert!(!ok, "{text}");
+    assert!(!text.contains("aHVudGVyMg"), "{text}");
 }
