@@ -40,6 +40,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
     crate::tenants::seal_at_start(&pool, &secrets).await?;
+    let listen_pool = db::listen_pool(&args.database, &pool)?;
+    let replicas = crate::replicas::Replicas::connect(
+        pool.clone(),
+        &args.replicas,
+        args.database.db_max_connections,
+    )?;
     let state = AppState::new(
         pool,
         Settings {
@@ -50,7 +56,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auth: args.auth.clone(),
         },
         secrets,
-    );
+    )
+    .with_listen_pool(listen_pool)
+    .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
     let workers = crate::workers::spawn_all(&state, &shutdown);

@@ -26,6 +26,7 @@ pub mod nats_inbox;
 pub mod outbox;
 pub mod paging;
 pub mod payload;
+pub mod replicas;
 pub mod secrets;
 pub mod shutdown;
 pub mod state;
