@@ -238,4 +238,3 @@ async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
     drop(app);
     bus.delete().await;
 }
-
