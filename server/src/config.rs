@@ -596,6 +596,18 @@ pub struct Settings {
     pub auth: AuthConfig,
 }
 
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_body_bytes: defaults::MAX_BODY_BYTES,
+            outbox: OutboxConfig::default(),
+            admin_token: String::new(),
+            alerts: AlertsConfig::default(),
+            auth: AuthConfig::default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,17 +645,5 @@ mod tests {
         assert!(!err.to_string().contains("\"x\""), "{err}");
         assert!(check_admin_token(&"t".repeat(31)).is_err());
         assert!(check_admin_token(&"t".repeat(32)).is_ok());
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            max_body_bytes: defaults::MAX_BODY_BYTES,
-            outbox: OutboxConfig::default(),
-            admin_token: String::new(),
-            alerts: AlertsConfig::default(),
-            auth: AuthConfig::default(),
-        }
     }
 }

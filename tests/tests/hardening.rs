@@ -288,8 +288,10 @@ async fn raw_nul_in_a_query_or_path_is_never_a_500() {
 }
 
 fn jwt_with_kid(secret: &str, kid: Option<&str>, claims: Value) -> String {
-    let mut header = Header::default();
-    header.kid = kid.map(str::to_owned);
+    let header = Header {
+        kid: kid.map(str::to_owned),
+        ..Header::default()
+    };
     encode(
         &header,
         &claims,
