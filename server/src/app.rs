@@ -18,6 +18,7 @@ use crate::{
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
+    crate::instruments::install();
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::announce();
     let (pool, embedded) = db::open(&args.database).await?;
@@ -25,6 +26,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
     // Fail at start-up, not at the first email.
     outbox.channels()?;
+    args.retention.validate(&args.alerts)?;
     let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {
@@ -41,11 +43,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             outbox,
             admin_token,
             alerts: args.alerts.clone(),
+            ops: args.ops.clone(),
+            retention: args.retention.clone(),
         },
     );
 
     let (trigger, shutdown) = shutdown::channel();
-    let workers = crate::workers::spawn_all(&state, &shutdown);
+    let mut workers = crate::workers::spawn_all(&state, &shutdown);
+    if let Some(addr) = args.ops.metrics_listen {
+        workers.push(api::metrics::serve_apart(&state, addr, shutdown.clone()).await?);
+    }
 
     let acceptor = TcpListener::bind(args.listen.to_string())
         .into_acceptor()

@@ -101,6 +101,12 @@ impl TestApp {
         })
     }
 
+    /// `http://127.0.0.1:<port>`: for load generators that count failures
+    /// instead of asserting each answer.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     /// Creates a tenant through `POST /v1/admin/tenants`.
     pub async fn create_tenant(&self) -> TestTenant {
         self.admin()

@@ -27,6 +27,7 @@ async fn readiness_fails_when_migrations_are_missing() {
     sql::forget_last_migration(&pool).await;
     let body = app.public().ready().expect(503).await;
     assert_eq!(body["status"], "migrations pending");
+    assert_eq!(body["check"], "migrations", "the failed check is named");
 }
 
 #[tokio::test]

@@ -8,7 +8,9 @@ pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
+pub mod metrics;
 mod nullable;
+mod observe;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -18,7 +20,7 @@ use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{Enum, OpenApiService, Tags};
 use tidings_core::Channel;
 
-use crate::{error::problem_from_poem_error, state::AppState};
+use crate::state::AppState;
 
 #[derive(Tags)]
 pub enum ApiTags {
@@ -139,7 +141,11 @@ pub fn routes(state: &AppState) -> impl Endpoint {
     let api = service(state);
     let docs = api.swagger_ui();
     let spec = openapi_json();
-    Route::new()
+    let mut route = Route::new();
+    if state.settings.ops.metrics_listen.is_none() {
+        route = route.at(metrics::PATH, poem::get(metrics::metrics));
+    }
+    route
         .at(
             "/openapi.json",
             poem::endpoint::make_sync(move |_| {
@@ -153,7 +159,6 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })
-        .with(poem::middleware::Tracing)
         .data(state.clone())
-        .catch_all_error(problem_from_poem_error)
+        .with(observe::Observe)
 }
