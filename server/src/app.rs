@@ -36,6 +36,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             token
         }
     };
+    let listen_pool = db::listen_pool(&args.database, &pool)?;
+    let replicas = crate::replicas::Replicas::connect(
+        pool.clone(),
+        &args.replicas,
+        args.database.db_max_connections,
+    )?;
     let state = AppState::new(
         pool,
         Settings {
@@ -46,7 +52,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ops: args.ops.clone(),
             retention: args.retention.clone(),
         },
-    );
+    )
+    .with_listen_pool(listen_pool)
+    .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
     let mut workers = crate::workers::spawn_all(&state, &shutdown);

@@ -27,6 +27,7 @@ pub mod nats_inbox;
 pub mod outbox;
 pub mod paging;
 pub mod payload;
+pub mod replicas;
 pub mod request_id;
 pub mod retention;
 pub mod shutdown;

@@ -101,8 +101,7 @@ impl TestApp {
         })
     }
 
-    /// `http://127.0.0.1:<port>`: for load generators that count failures
-    /// instead of asserting each answer.
+    /// `http://127.0.0.1:PORT`, for clients of its own (concurrent readers).
     pub fn base_url(&self) -> &str {
         &self.base
     }

@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod inbox;
 pub mod notify;
 pub mod outbox;
+pub mod replication;
 pub mod retention;
 pub mod teams;
 pub mod tenants;
