@@ -8,6 +8,7 @@ pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
+mod input_guard;
 pub mod metrics;
 mod nullable;
 mod observe;
@@ -156,6 +157,7 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         )
         .nest("/docs", docs)
         .nest("/", api)
+        .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })
