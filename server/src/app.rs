@@ -34,6 +34,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             token
         }
     };
+    let listen_pool = db::listen_pool(&args.database, &pool)?;
+    let replicas = crate::replicas::Replicas::connect(
+        pool.clone(),
+        &args.replicas,
+        args.database.db_max_connections,
+    )?;
     let state = AppState::new(
         pool,
         Settings {
@@ -42,7 +48,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             admin_token,
             alerts: args.alerts.clone(),
         },
-    );
+    )
+    .with_listen_pool(listen_pool)
+    .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
     let workers = crate::workers::spawn_all(&state, &shutdown);

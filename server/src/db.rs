@@ -10,8 +10,9 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// A pooled connection used this recently is taken to be alive and is handed
 /// out without a ping. sqlx's default pings every connection on every acquire:
-/// one extra round trip per statement, which halved the throughput of
-/// one-statement endpoints (issue 12, `/readyz`). A connection idle for longer
+/// one extra round trip per statement, as much as the statement itself for
+/// one-statement endpoints (issue 12: `/readyz` at 0.22 of pgbench of its
+/// statement). A connection idle for longer
 /// (a firewall or a server restart may have dropped it meanwhile) is still
 /// pinged first. The trade: a server that dies under load fails the statements
 /// already on their way (as it would anyway) plus, at most, the next statement
@@ -73,6 +74,25 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
                 _ => Err(err),
             })?;
     Ok(applied.unwrap_or(0) >= expected)
+}
+
+/// The pool LISTEN sessions come from: `TIDINGS_DATABASE_LISTEN_URL` when
+/// set (a direct URL beside a transaction pooler, which cannot keep a session),
+/// else the main pool. One connection per listener (the cache, the outbox
+/// waker, team expansion), connected when first needed.
+pub fn listen_pool(args: &crate::config::DatabaseArgs, pool: &PgPool) -> anyhow::Result<PgPool> {
+    match args
+        .database_listen_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+    {
+        Some(url) => Ok(PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(url)
+            .context("TIDINGS_DATABASE_LISTEN_URL")?),
+        None => Ok(pool.clone()),
+    }
 }
 
 /// Opens the configured database, or starts the embedded one when no URL is set.
