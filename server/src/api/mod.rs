@@ -8,6 +8,7 @@ pub mod deliveries;
 pub mod events;
 pub mod feed;
 pub mod health;
+mod input_guard;
 mod nullable;
 pub mod teams;
 pub mod user_tokens;
@@ -150,6 +151,7 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         )
         .nest("/docs", docs)
         .nest("/", api)
+        .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })
