@@ -41,6 +41,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             outbox,
             admin_token,
             alerts: args.alerts.clone(),
+            inbox_page: args.inbox_page,
         },
     );
 

@@ -20,6 +20,7 @@ pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
+    pub const INBOX_PAGE: bool = true;
 
     pub const OUTBOX_WORKERS: usize = 1;
     pub const OUTBOX_BATCH: u32 = 100;
@@ -140,6 +141,10 @@ pub struct ServeArgs {
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
+    /// Serve the inbox page (bell, feed, marks, live updates) at /inbox/. It is
+    /// static code that calls the API with a user token; `false` removes the route.
+    #[arg(long, env = "TIDINGS_INBOX_PAGE", default_value_t = defaults::INBOX_PAGE, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub inbox_page: bool,
     #[command(flatten)]
     pub worker: WorkerArgs,
 }
@@ -415,6 +420,8 @@ pub struct Settings {
     pub admin_token: String,
     /// Alerts, idempotency, webhook endpoints and the NATS inbox.
     pub alerts: AlertsConfig,
+    /// Whether `/inbox/` serves the inbox page.
+    pub inbox_page: bool,
 }
 
 impl Default for Settings {
@@ -424,6 +431,7 @@ impl Default for Settings {
             outbox: OutboxConfig::default(),
             admin_token: String::new(),
             alerts: AlertsConfig::default(),
+            inbox_page: defaults::INBOX_PAGE,
         }
     }
 }

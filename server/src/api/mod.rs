@@ -5,10 +5,11 @@ pub mod admin;
 pub mod alerts;
 mod body_limit;
 pub mod deliveries;
+mod document;
 pub mod events;
 pub mod feed;
 pub mod health;
-mod nullable;
+pub mod inbox_page;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -123,23 +124,30 @@ pub fn service(state: &AppState) -> OpenApiService<impl poem_openapi::OpenApi, (
              transactional alerts that are never sent twice. Errors are RFC 9457 problem \
              documents (`application/problem+json`).",
         )
-        .license(poem_openapi::LicenseObject::new("Apache-2.0"))
+        .license(
+            poem_openapi::LicenseObject::new("Apache-2.0")
+                .url("https://www.apache.org/licenses/LICENSE-2.0"),
+        )
 }
 
 /// The OpenAPI document, exactly as `tidings openapi` prints and `/openapi.json` serves.
 pub fn openapi_json() -> String {
     let spec = service(&AppState::offline()).spec();
-    let mut json = nullable::make_optional_properties_nullable(&spec)
-        .expect("poem-openapi generates valid JSON");
+    let mut json = document::publish(&spec).expect("poem-openapi generates valid JSON");
     json.push('\n');
     json
 }
 
 pub fn routes(state: &AppState) -> impl Endpoint {
     let api = service(state);
-    let docs = api.swagger_ui();
     let spec = openapi_json();
-    Route::new()
+    // Swagger UI with the published document in place of poem's own.
+    let docs = api.swagger_ui_html().replace(&api.spec(), &spec);
+    let mut route = Route::new();
+    if state.settings.inbox_page {
+        route = route.nest("/inbox", inbox_page::routes());
+    }
+    route
         .at(
             "/openapi.json",
             poem::endpoint::make_sync(move |_| {
@@ -148,7 +156,10 @@ pub fn routes(state: &AppState) -> impl Endpoint {
                     .body(spec.clone())
             }),
         )
-        .nest("/docs", docs)
+        .at(
+            "/docs",
+            poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
+        )
         .nest("/", api)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,

@@ -19,7 +19,7 @@ pub struct UserTokensApi {
 
 /// Longest lifetime a minted token may have: a day. Front ends refresh through
 /// their own backend.
-const MAX_TTL_SECONDS: u32 = 86_400;
+pub const MAX_TTL_SECONDS: u32 = 86_400;
 
 #[derive(Debug, Object)]
 #[oai(deny_unknown_fields)]
