@@ -413,7 +413,7 @@ fn response_schema<'a>(spec: &'a Value, path: &str, method: &str) -> &'a Value {
         .map(|s| &responses[*s])
         .find(|r| !r.is_null())
         .unwrap_or_else(|| panic!("{method} {path}: no 200/201 response documented"));
-    let schema = &ok["content"]["application/json; charset=utf-8"]["schema"];
+    let schema = &ok["content"]["application/json"]["schema"];
     let reference = schema["$ref"]
         .as_str()
         .unwrap_or_else(|| panic!("{method} {path}: response is not a $ref: {schema}"));
