@@ -34,6 +34,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             token
         }
     };
+    let listen_pool = db::listen_pool(&args.database, &pool)?;
+    let replicas = crate::replicas::Replicas::connect(
+        pool.clone(),
+        &args.replicas,
+        args.database.db_max_connections,
+    )?;
     let state = AppState::new(
         pool,
         Settings {
@@ -43,7 +49,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             alerts: args.alerts.clone(),
             inbox_page: args.inbox_page,
         },
-    );
+    )
+    .with_listen_pool(listen_pool)
+    .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
     let workers = crate::workers::spawn_all(&state, &shutdown);

@@ -22,6 +22,10 @@ pub mod defaults {
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
     pub const INBOX_PAGE: bool = true;
 
+    pub const REPLICA_WAIT_MS: u64 = 50;
+    pub const REPLICA_MAX_LAG_MS: u64 = 2_000;
+    pub const REPLICA_CHECK_MS: u64 = 250;
+
     pub const OUTBOX_WORKERS: usize = 1;
     pub const OUTBOX_BATCH: u32 = 100;
     pub const WORKER_CONCURRENCY: usize = 50;
@@ -120,6 +124,12 @@ pub struct DatabaseArgs {
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
+    /// A direct PostgreSQL URL (the primary, not a pooler) for LISTEN sessions:
+    /// cache invalidation and worker wake-ups. Needed when DATABASE_URL goes
+    /// through PgBouncer in transaction pooling mode, which cannot keep a
+    /// session. Default: DATABASE_URL.
+    #[arg(long, env = "TIDINGS_DATABASE_LISTEN_URL")]
+    pub database_listen_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -147,6 +157,55 @@ pub struct ServeArgs {
     pub inbox_page: bool,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub replicas: ReplicaArgs,
+}
+
+/// Hot standbys that serve reads (ARCHITECTURE.md, "Reads from hot standbys").
+#[derive(Debug, Clone, Args)]
+pub struct ReplicaArgs {
+    /// Comma-separated URLs of hot standbys of DATABASE_URL's primary (streaming
+    /// replication). Feed pages and badge counts are read from them; writes,
+    /// marks and everything that must be current stay on the primary. Unset:
+    /// every statement goes to DATABASE_URL.
+    #[arg(long, env = "TIDINGS_DATABASE_REPLICA_URLS", value_delimiter = ',')]
+    pub database_replica_urls: Vec<String>,
+    /// Read-your-writes: how long a read that carries a consistency token waits
+    /// for a standby to replay up to it before going to the primary, in ms.
+    #[arg(long, env = "TIDINGS_REPLICA_WAIT_MS", default_value_t = defaults::REPLICA_WAIT_MS)]
+    pub replica_wait_ms: u64,
+    /// A standby further behind the primary than this (ms) is taken out of
+    /// rotation until it catches up.
+    #[arg(long, env = "TIDINGS_REPLICA_MAX_LAG_MS", default_value_t = defaults::REPLICA_MAX_LAG_MS)]
+    pub replica_max_lag_ms: u64,
+    /// How often each standby's health and replay position are checked, in ms.
+    #[arg(long, env = "TIDINGS_REPLICA_CHECK_MS", default_value_t = defaults::REPLICA_CHECK_MS)]
+    pub replica_check_ms: u64,
+}
+
+impl Default for ReplicaArgs {
+    fn default() -> Self {
+        ReplicaArgs {
+            database_replica_urls: Vec::new(),
+            replica_wait_ms: defaults::REPLICA_WAIT_MS,
+            replica_max_lag_ms: defaults::REPLICA_MAX_LAG_MS,
+            replica_check_ms: defaults::REPLICA_CHECK_MS,
+        }
+    }
+}
+
+impl ReplicaArgs {
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.replica_wait_ms)
+    }
+
+    pub fn max_lag(&self) -> Duration {
+        Duration::from_millis(self.replica_max_lag_ms.max(1))
+    }
+
+    pub fn check_interval(&self) -> Duration {
+        Duration::from_millis(self.replica_check_ms.max(10))
+    }
 }
 
 #[derive(Debug, Clone, Args)]

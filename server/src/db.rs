@@ -56,6 +56,25 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     Ok(applied.unwrap_or(0) >= expected)
 }
 
+/// The pool LISTEN sessions come from: `TIDINGS_DATABASE_LISTEN_URL` when
+/// set (a direct URL beside a transaction pooler, which cannot keep a session),
+/// else the main pool. One connection per listener (the cache, the outbox
+/// waker, team expansion), connected when first needed.
+pub fn listen_pool(args: &crate::config::DatabaseArgs, pool: &PgPool) -> anyhow::Result<PgPool> {
+    match args
+        .database_listen_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+    {
+        Some(url) => Ok(PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(url)
+            .context("TIDINGS_DATABASE_LISTEN_URL")?),
+        None => Ok(pool.clone()),
+    }
+}
+
 /// Opens the configured database, or starts the embedded one when no URL is set.
 /// The returned guard (if any) stops the embedded PostgreSQL when dropped.
 pub async fn open(

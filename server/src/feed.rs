@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 pub use crate::store::feed::{Badges, FeedItem, FeedStatus, Mark, PageFrom, Source};
 use crate::{
+    replicas::Lsn,
     state::AppState,
     store::{feed as store, teams::Membership},
 };
@@ -28,8 +29,9 @@ pub struct FeedPage {
     pub next_before: Option<Position>,
     /// Without `after`: the newest item visible in the whole feed. With
     /// `after`: the newest item of this page, or, when it is empty, the
-    /// newest of the feed — so polling with `after=head` visits every new
-    /// item once, however large the backlog.
+    /// newest of the feed or the cursor, whichever is later — so polling with
+    /// `after=head` visits every new item once, however large the backlog,
+    /// and whichever server (primary or standby) answers each poll.
     pub head: Option<Position>,
     pub badges: Badges,
 }
@@ -59,16 +61,24 @@ async fn teams_of(
 }
 
 /// One page (`limit` is 1..=100, checked by the caller), its head and badges,
-/// from one statement and so one snapshot.
+/// from one statement and so one snapshot — on a standby when one is in
+/// rotation and has replayed `token` and the user's own last write.
 pub async fn read_page(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
     from: PageFrom,
     limit: u32,
+    token: Option<Lsn>,
 ) -> Result<FeedPage, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    let page = store::read_feed(&state.pool, tenant_id, user, &teams, from, limit).await?;
+    let teams = &teams;
+    let page = state
+        .replicas
+        .read(Some((tenant_id, user)), token, |mut conn| async move {
+            store::read_feed(&mut *conn, tenant_id, user, teams, from, limit).await
+        })
+        .await?;
     // Cannot be full: a page holds fewer items than a read set may.
     let individually_read = ReadSet::try_from(
         page.items
@@ -78,7 +88,13 @@ pub async fn read_page(
             .collect::<Vec<_>>(),
     )?;
     let head = match from {
-        PageFrom::After(_) => page.items.first().map(|i| i.position).or(page.head),
+        // Never below the cursor: a standby behind the server that gave it must
+        // not send the client back (it would get items twice).
+        PageFrom::After(after) => page
+            .items
+            .first()
+            .map(|i| i.position)
+            .or(Some(page.head.map_or(after, |h| h.max(after)))),
         PageFrom::Before(_) => page.head,
     };
     let next_before = match from {
@@ -101,14 +117,29 @@ pub async fn read_page(
     })
 }
 
-/// The user's watermarks and badge counts.
+/// The user's watermarks and badge counts, from a standby as [`read_page`].
 pub async fn status(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
+    token: Option<Lsn>,
 ) -> Result<FeedStatus, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    let teams = &teams;
+    Ok(state
+        .replicas
+        .read(Some((tenant_id, user)), token, |mut conn| async move {
+            store::read_status(&mut *conn, tenant_id, user, teams).await
+        })
+        .await?)
+}
+
+/// The answer to a mark: the fresh status (read on the primary) and the
+/// consistency token of the change, when reads may go to standbys.
+#[derive(Debug, Clone, Copy)]
+pub struct Marked {
+    pub status: FeedStatus,
+    pub token: Option<Lsn>,
 }
 
 /// Moves `mark` to `proposed` (or the head), clamped to the head, never back
@@ -121,7 +152,7 @@ pub async fn mark_up_to(
     user: &UserId,
     mark: Mark,
     proposed: Option<Position>,
-) -> Result<FeedStatus, FeedError> {
+) -> Result<Marked, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
     let (marks, head) = store::read_head(&state.pool, tenant_id, user, &teams).await?;
     let head = head.unwrap_or(Position::ORIGIN);
@@ -133,7 +164,21 @@ pub async fn mark_up_to(
     if target > current {
         store::advance_mark(&state.pool, tenant_id, user, mark, target).await?;
     }
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    marked(state, tenant_id, user, &teams).await
+}
+
+/// The status after a mark, from the primary, and the mark's token (taken
+/// after its commit, so at or past it; remembered for the user's next reads
+/// on this instance).
+async fn marked(
+    state: &AppState,
+    tenant_id: Uuid,
+    user: &UserId,
+    teams: &[Membership],
+) -> Result<Marked, FeedError> {
+    let token = state.replicas.written_by(tenant_id, user).await?;
+    let status = store::read_status(&state.pool, tenant_id, user, teams).await?;
+    Ok(Marked { status, token })
 }
 
 /// Marks one item of the user's feed read. Items at or below the read
@@ -146,7 +191,7 @@ pub async fn mark_item_read(
     tenant_id: Uuid,
     user: &UserId,
     item_id: i64,
-) -> Result<FeedStatus, FeedError> {
+) -> Result<Marked, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
     let item = store::find_item(&state.pool, tenant_id, user, &teams, item_id)
         .await?
@@ -164,5 +209,5 @@ pub async fn mark_item_read(
         }
     }
     tx.commit().await?;
-    Ok(store::read_status(&state.pool, tenant_id, user, &teams).await?)
+    marked(state, tenant_id, user, &teams).await
 }

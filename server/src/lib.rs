@@ -25,6 +25,7 @@ pub mod nats_inbox;
 pub mod outbox;
 pub mod paging;
 pub mod payload;
+pub mod replicas;
 pub mod shutdown;
 pub mod state;
 pub mod store;

@@ -5,24 +5,43 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 pub use crate::config::Settings;
-use crate::{auth::AuthCache, cache::Caches};
+use crate::{auth::AuthCache, cache::Caches, replicas::Replicas};
 
 #[derive(Clone)]
 pub struct AppState {
+    /// The primary (directly or through a pooler): writes and current reads.
     pub pool: PgPool,
+    /// Sessions for LISTEN: `TIDINGS_DATABASE_LISTEN_URL`, else `pool`.
+    pub listen_pool: PgPool,
+    /// Where reads that tolerate replay lag go (`crate::replicas`).
+    pub replicas: Arc<Replicas>,
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
 }
 
 impl AppState {
+    /// A state on one database: LISTEN on the same pool, no standbys.
     pub fn new(pool: PgPool, settings: Settings) -> Self {
         AppState {
+            listen_pool: pool.clone(),
+            replicas: Arc::new(Replicas::primary_only(pool.clone())),
             pool,
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
             caches: Arc::new(Caches::default()),
         }
+    }
+
+    /// LISTEN sessions on their own pool (a direct URL beside a pooler).
+    pub fn with_listen_pool(mut self, listen_pool: PgPool) -> Self {
+        self.listen_pool = listen_pool;
+        self
+    }
+
+    pub fn with_replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = Arc::new(replicas);
+        self
     }
 
     /// A state whose pool never connects: enough to build the OpenAPI document.

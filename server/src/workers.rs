@@ -8,7 +8,7 @@ use crate::{shutdown::Shutdown, state::AppState};
 pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     let mut workers = vec![
         tokio::spawn(crate::cache::run_listener(
-            state.pool.clone(),
+            state.listen_pool.clone(),
             state.caches.clone(),
             shutdown.clone(),
         )),
@@ -27,6 +27,7 @@ pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             shutdown.clone(),
         )));
     }
+    workers.extend(state.replicas.spawn_checks(shutdown.clone()));
     workers.extend(crate::outbox::spawn(state, shutdown));
     workers
 }

@@ -101,6 +101,11 @@ impl TestApp {
         })
     }
 
+    /// `http://127.0.0.1:PORT`, for clients of its own (concurrent readers).
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     /// Creates a tenant through `POST /v1/admin/tenants`.
     pub async fn create_tenant(&self) -> TestTenant {
         self.admin()

@@ -14,11 +14,18 @@ pub fn admin_url() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// The server's maintenance database, where it is created and dropped.
+    admin: String,
 }
 
 impl TestDb {
     pub async fn create() -> anyhow::Result<Self> {
-        let admin = admin_url();
+        TestDb::create_on(&admin_url()).await
+    }
+
+    /// A database of its own on the server of `admin` (a private cluster).
+    pub async fn create_on(admin: &str) -> anyhow::Result<Self> {
+        let admin = admin.to_string();
         let name = format!("tidings_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin)
             .await
@@ -28,7 +35,7 @@ impl TestDb {
             .await?;
         conn.close().await.ok();
         let url = replace_database(&admin, &name);
-        Ok(TestDb { name, url })
+        Ok(TestDb { name, url, admin })
     }
 
     pub async fn pool(&self) -> anyhow::Result<PgPool> {
@@ -41,7 +48,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let admin = admin_url();
+        let admin = self.admin.clone();
         let name = self.name.clone();
         // Drop runs inside the test's runtime; use a thread with its own runtime.
         let _ = std::thread::spawn(move || {
@@ -61,7 +68,8 @@ impl Drop for TestDb {
     }
 }
 
-fn replace_database(url: &str, db: &str) -> String {
+/// `url` with its database replaced by `db`.
+pub fn replace_database(url: &str, db: &str) -> String {
     let mut parsed = url::Url::parse(url).expect("valid database URL");
     parsed.set_path(&format!("/{db}"));
     parsed.to_string()

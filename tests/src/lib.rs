@@ -23,6 +23,7 @@
 
 mod app;
 pub mod client;
+mod cluster;
 mod db;
 mod fixtures;
 pub mod openapi;
@@ -34,6 +35,7 @@ mod webhooks;
 use std::time::Duration;
 
 pub use app::{AppOptions, TestApp, TestTenant, ADMIN_TOKEN};
+pub use cluster::Cluster;
 pub use db::{admin_url, TestDb};
 pub use fixtures::{user_with_email, TenantFixture};
 pub use process::{tidings_bin, TidingsProcess};

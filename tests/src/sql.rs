@@ -347,7 +347,12 @@ pub async fn forget_last_migration(pool: &PgPool) {
 /// xmin passed it). xmin is cluster-wide, so other tests' open transactions
 /// delay it too.
 pub async fn until_served(tx: i64) {
-    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    until_served_on(&admin_url(), tx).await
+}
+
+/// Look: [`until_served`] on the server of `url` (a private cluster's primary).
+pub async fn until_served_on(url: &str, tx: i64) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let xmin: i64 =
@@ -368,10 +373,41 @@ pub async fn until_served(tx: i64) {
 
 /// Look: waits until feeds serve everything committed before this call.
 pub async fn until_all_served() {
-    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    until_all_served_on(&admin_url()).await
+}
+
+/// Look: [`until_all_served`] on the server of `url` (a private cluster's primary).
+pub async fn until_all_served_on(url: &str) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
     let now: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
         .fetch_one(&mut conn)
         .await
         .expect("xid");
-    until_served(now).await;
+    until_served_on(url, now).await;
+}
+
+/// Stage: a hot standby (at `url`) that stops replaying, as one whose replay
+/// falls behind would.
+pub async fn pause_replay(url: &str) {
+    standby_call(url, "SELECT pg_wal_replay_pause()").await
+}
+
+/// Stage: the paused standby at `url` replays again.
+pub async fn resume_replay(url: &str) {
+    standby_call(url, "SELECT pg_wal_replay_resume()").await
+}
+
+/// Stage: the standby at `url` is promoted: a primary of its own from now on.
+pub async fn promote(url: &str) {
+    standby_call(url, "SELECT pg_promote()").await
+}
+
+async fn standby_call(url: &str, statement: &str) {
+    let mut conn = PgConnection::connect(url)
+        .await
+        .expect("connect to standby");
+    sqlx::query(statement)
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
 }

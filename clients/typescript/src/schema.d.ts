@@ -768,8 +768,10 @@ export interface components {
             /**
              * @description Poll with `after=head` for what is new, and send it as `up_to` to mark
              *     what was shown. Without `after`: the newest item visible in the whole
-             *     feed. With `after`: the newest item of this page, or, when the page is
-             *     empty, the newest item of the feed. Null when the feed is empty.
+             *     feed (null when the feed is empty). With `after`: the newest item of
+             *     this page, or, when the page is empty, the newest item of the feed or
+             *     the cursor, whichever is later — never behind the cursor, whichever
+             *     server (primary or hot standby) answered.
              */
             head: string | null;
             /**
@@ -790,6 +792,17 @@ export interface components {
         HealthOut: {
             /** @description `ok`, or what is not ready yet. */
             status: string;
+            /**
+             * @description Readiness only, when hot standbys are configured: each standby's state.
+             *     A standby out of rotation does not make the server unready (its reads
+             *     go to the primary).
+             */
+            standbys?: components["schemas"]["StandbyOut"][];
+            /**
+             * @description Readiness only, when hot standbys are configured: where reads went
+             *     since start.
+             */
+            reads?: components["schemas"]["ReadsOut"] & unknown;
         };
         /** @enum {string} */
         ItemSource: "event" | "alert";
@@ -878,6 +891,57 @@ export interface components {
             detail?: string;
             /** @description Stable machine-readable code, e.g. `invalid_cursor`. */
             code: string;
+        };
+        /**
+         * ReadsOut
+         * @description Counts of reads that may be served by a standby, by where they went.
+         */
+        ReadsOut: {
+            /**
+             * Format: uint64
+             * @description Served by a standby.
+             */
+            standby: number;
+            /**
+             * Format: uint64
+             * @description Served by the primary: no standby in rotation.
+             */
+            primary_no_standby: number;
+            /**
+             * Format: uint64
+             * @description Served by a standby after waiting for it to replay a consistency token.
+             */
+            waited_for_standby: number;
+            /**
+             * Format: uint64
+             * @description Served by the primary: no standby replayed the token within the wait.
+             */
+            primary_standby_behind: number;
+            /**
+             * Format: uint64
+             * @description Served by the primary after failing on a standby.
+             */
+            primary_after_standby_error: number;
+        };
+        /**
+         * StandbyOut
+         * @description One hot standby as this server sees it.
+         */
+        StandbyOut: {
+            /** @description host:port */
+            name: string;
+            /** @description `up` (in rotation), `starting`, `lagging`, `promoted` or `down`. */
+            state: string;
+            /** @description The WAL position it had replayed at the last check. */
+            replayed_lsn: string;
+            /**
+             * Format: uint64
+             * @description How far behind the primary it was at the last check, in ms (`up` and
+             *     `lagging` only).
+             */
+            lag_ms?: number;
+            /** @description Why it is `down`. */
+            error?: string;
         };
         /**
          * TenantCreatedOut
@@ -2104,7 +2168,13 @@ export interface operations {
                 /** @description Items newer than this cursor (`head` of the previous answer). */
                 after?: string;
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description The consistency token of a change this read must reflect (from the
+                 *     answer to a mark).
+                 */
+                "Tidings-Consistency-Token"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2211,7 +2281,10 @@ export interface operations {
     "feed.counts": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The consistency token of a change these counts must reflect. */
+                "Tidings-Consistency-Token"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2328,9 +2401,16 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK: a `WatermarksOut`. */
+            /** @description The watermarks after the change. */
             200: {
                 headers: {
+                    /**
+                     * @description The change's consistency token, when reads may be served by hot
+                     *     standbys: send it back in the header of the same name on a read
+                     *     that must reflect the change (this server also remembers it for
+                     *     the user's next reads for a minute).
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2439,9 +2519,16 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK: a `WatermarksOut`. */
+            /** @description The watermarks after the change. */
             200: {
                 headers: {
+                    /**
+                     * @description The change's consistency token, when reads may be served by hot
+                     *     standbys: send it back in the header of the same name on a read
+                     *     that must reflect the change (this server also remembers it for
+                     *     the user's next reads for a minute).
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2549,9 +2636,16 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description OK: a `WatermarksOut`. */
+            /** @description The watermarks after the change. */
             200: {
                 headers: {
+                    /**
+                     * @description The change's consistency token, when reads may be served by hot
+                     *     standbys: send it back in the header of the same name on a read
+                     *     that must reflect the change (this server also remembers it for
+                     *     the user's next reads for a minute).
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -78,7 +78,7 @@ pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
     let thresholds = state.settings.alerts.thresholds();
     let (waker, mut woken) = listen::spawn_waker(
-        state.pool.clone(),
+        state.listen_pool.clone(),
         NotifyChannel::Expansion,
         shutdown.clone(),
     );

@@ -4,9 +4,9 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{
-    param::{Path, Query},
+    param::{Header, Path, Query},
     payload::Json,
-    Enum, Object, OpenApi,
+    ApiResponse, Enum, Object, OpenApi,
 };
 use tidings_core::{ItemState, Position};
 
@@ -14,8 +14,9 @@ use super::ApiTags;
 use crate::{
     auth::{UserCtx, UserTokenAuth},
     error::{ApiError, ApiResult},
-    feed::{self, Badges, FeedError, FeedItem, FeedStatus, Mark, PageFrom, Source},
+    feed::{self, Badges, FeedError, FeedItem, FeedStatus, Mark, Marked, PageFrom, Source},
     paging,
+    replicas::Lsn,
     state::AppState,
 };
 
@@ -88,8 +89,10 @@ pub struct FeedOut {
     pub next_before: Option<String>,
     /// Poll with `after=head` for what is new, and send it as `up_to` to mark
     /// what was shown. Without `after`: the newest item visible in the whole
-    /// feed. With `after`: the newest item of this page, or, when the page is
-    /// empty, the newest item of the feed. Null when the feed is empty.
+    /// feed (null when the feed is empty). With `after`: the newest item of
+    /// this page, or, when the page is empty, the newest item of the feed or
+    /// the cursor, whichever is later — never behind the cursor, whichever
+    /// server (primary or hot standby) answered.
     pub head: Option<String>,
     /// Unread items in the whole feed, exact up to 1,000 (then 1,000 and
     /// `counts_capped`).
@@ -183,6 +186,37 @@ impl poem_openapi::types::Example for CountsOut {
     }
 }
 
+/// A changed watermark.
+#[derive(ApiResponse)]
+pub enum MarkResponse {
+    /// The watermarks after the change.
+    #[oai(status = 200)]
+    Ok(
+        Json<WatermarksOut>,
+        /// The change's consistency token, when reads may be served by hot
+        /// standbys: send it back in the header of the same name on a read
+        /// that must reflect the change (this server also remembers it for
+        /// the user's next reads for a minute).
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
+}
+
+/// A consistency token from a header, if any: a bad one is refused, never ignored.
+fn consistency_token(header: Option<&str>) -> ApiResult<Option<Lsn>> {
+    header
+        .filter(|h| !h.is_empty())
+        .map(|h| {
+            h.parse::<Lsn>().map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_consistency_token",
+                    format!("Tidings-Consistency-Token: {e}"),
+                )
+            })
+        })
+        .transpose()
+}
+
 #[OpenApi(tag = "ApiTags::Feed")]
 impl FeedApi {
     /// Read the feed, newest first.
@@ -210,8 +244,13 @@ impl FeedApi {
         before: Query<Option<String>>,
         /// Items newer than this cursor (`head` of the previous answer).
         after: Query<Option<String>>,
+        /// The consistency token of a change this read must reflect (from the
+        /// answer to a mark).
+        #[oai(name = "Tidings-Consistency-Token")]
+        consistency: Header<Option<String>>,
     ) -> ApiResult<Json<FeedOut>> {
         let limit = paging::limit(limit.0, feed::DEFAULT_LIMIT, feed::MAX_LIMIT)?;
+        let token = consistency_token(consistency.0.as_deref())?;
         let from = match (before.0.as_deref(), after.0.as_deref()) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::bad_request(
@@ -224,9 +263,16 @@ impl FeedApi {
             (None, None) => PageFrom::Before(None),
         };
         let user = auth.0;
-        let page = feed::read_page(&self.state, user.tenant_id, &user.user_id, from, limit)
-            .await
-            .map_err(feed_problem)?;
+        let page = feed::read_page(
+            &self.state,
+            user.tenant_id,
+            &user.user_id,
+            from,
+            limit,
+            token,
+        )
+        .await
+        .map_err(feed_problem)?;
         Ok(Json(FeedOut {
             items: page
                 .items
@@ -243,9 +289,16 @@ impl FeedApi {
 
     /// Badge counts: unread and unseen, exact up to 1,000.
     #[oai(path = "/v1/feed/counts", method = "get", operation_id = "feed.counts")]
-    async fn counts(&self, auth: UserTokenAuth) -> ApiResult<Json<CountsOut>> {
+    async fn counts(
+        &self,
+        auth: UserTokenAuth,
+        /// The consistency token of a change these counts must reflect.
+        #[oai(name = "Tidings-Consistency-Token")]
+        consistency: Header<Option<String>>,
+    ) -> ApiResult<Json<CountsOut>> {
+        let token = consistency_token(consistency.0.as_deref())?;
         let user = auth.0;
-        let status = feed::status(&self.state, user.tenant_id, &user.user_id)
+        let status = feed::status(&self.state, user.tenant_id, &user.user_id, token)
             .await
             .map_err(feed_problem)?;
         Ok(Json(CountsOut {
@@ -265,11 +318,7 @@ impl FeedApi {
         method = "post",
         operation_id = "feed.mark_seen"
     )]
-    async fn mark_seen(
-        &self,
-        auth: UserTokenAuth,
-        body: Json<MarkIn>,
-    ) -> ApiResult<Json<WatermarksOut>> {
+    async fn mark_seen(&self, auth: UserTokenAuth, body: Json<MarkIn>) -> ApiResult<MarkResponse> {
         self.mark(auth.0, Mark::Seen, body.0).await
     }
 
@@ -284,11 +333,7 @@ impl FeedApi {
         method = "post",
         operation_id = "feed.mark_read"
     )]
-    async fn mark_read(
-        &self,
-        auth: UserTokenAuth,
-        body: Json<MarkIn>,
-    ) -> ApiResult<Json<WatermarksOut>> {
+    async fn mark_read(&self, auth: UserTokenAuth, body: Json<MarkIn>) -> ApiResult<MarkResponse> {
         self.mark(auth.0, Mark::Read, body.0).await
     }
 
@@ -308,31 +353,26 @@ impl FeedApi {
         auth: UserTokenAuth,
         /// The item's `id`.
         id: Path<i64>,
-    ) -> ApiResult<Json<WatermarksOut>> {
+    ) -> ApiResult<MarkResponse> {
         let user = auth.0;
-        let status = feed::mark_item_read(&self.state, user.tenant_id, &user.user_id, id.0)
+        let marked = feed::mark_item_read(&self.state, user.tenant_id, &user.user_id, id.0)
             .await
             .map_err(feed_problem)?;
-        Ok(Json(watermarks_out(status)))
+        Ok(mark_response(marked))
     }
 }
 
 impl FeedApi {
-    async fn mark(
-        &self,
-        user: UserCtx,
-        mark: Mark,
-        body: MarkIn,
-    ) -> ApiResult<Json<WatermarksOut>> {
+    async fn mark(&self, user: UserCtx, mark: Mark, body: MarkIn) -> ApiResult<MarkResponse> {
         let proposed = body
             .up_to
             .as_deref()
             .map(Position::from_cursor)
             .transpose()?;
-        let status = feed::mark_up_to(&self.state, user.tenant_id, &user.user_id, mark, proposed)
+        let marked = feed::mark_up_to(&self.state, user.tenant_id, &user.user_id, mark, proposed)
             .await
             .map_err(feed_problem)?;
-        Ok(Json(watermarks_out(status)))
+        Ok(mark_response(marked))
     }
 }
 
@@ -364,6 +404,13 @@ fn item_out(item: FeedItem, state: ItemState) -> FeedItemOut {
             Source::Alert => ItemSource::Alert,
         },
     }
+}
+
+fn mark_response(marked: Marked) -> MarkResponse {
+    MarkResponse::Ok(
+        Json(watermarks_out(marked.status)),
+        marked.token.map(|t| t.to_string()),
+    )
 }
 
 fn cursor_or_null(p: Position) -> Option<String> {

@@ -3,7 +3,7 @@
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
 use super::ApiTags;
-use crate::{db, state::AppState};
+use crate::{db, replicas::Health, state::AppState};
 
 pub struct HealthApi {
     pub state: AppState,
@@ -13,6 +13,91 @@ pub struct HealthApi {
 pub struct HealthOut {
     /// `ok`, or what is not ready yet.
     pub status: String,
+    /// Readiness only, when hot standbys are configured: each standby's state.
+    /// A standby out of rotation does not make the server unready (its reads
+    /// go to the primary).
+    #[oai(skip_serializing_if_is_none)]
+    pub standbys: Option<Vec<StandbyOut>>,
+    /// Readiness only, when hot standbys are configured: where reads went
+    /// since start.
+    #[oai(skip_serializing_if_is_none)]
+    pub reads: Option<ReadsOut>,
+}
+
+/// One hot standby as this server sees it.
+#[derive(Debug, Object)]
+pub struct StandbyOut {
+    /// host:port
+    pub name: String,
+    /// `up` (in rotation), `starting`, `lagging`, `promoted` or `down`.
+    pub state: String,
+    /// The WAL position it had replayed at the last check.
+    pub replayed_lsn: String,
+    /// How far behind the primary it was at the last check, in ms (`up` and
+    /// `lagging` only).
+    #[oai(skip_serializing_if_is_none)]
+    pub lag_ms: Option<u64>,
+    /// Why it is `down`.
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+}
+
+/// Counts of reads that may be served by a standby, by where they went.
+#[derive(Debug, Object)]
+pub struct ReadsOut {
+    /// Served by a standby.
+    pub standby: u64,
+    /// Served by the primary: no standby in rotation.
+    pub primary_no_standby: u64,
+    /// Served by a standby after waiting for it to replay a consistency token.
+    pub waited_for_standby: u64,
+    /// Served by the primary: no standby replayed the token within the wait.
+    pub primary_standby_behind: u64,
+    /// Served by the primary after failing on a standby.
+    pub primary_after_standby_error: u64,
+}
+
+impl HealthOut {
+    fn of(status: &str) -> Self {
+        HealthOut {
+            status: status.into(),
+            standbys: None,
+            reads: None,
+        }
+    }
+}
+
+fn replica_detail(state: &AppState) -> (Option<Vec<StandbyOut>>, Option<ReadsOut>) {
+    let replicas = &state.replicas;
+    if !replicas.has_standbys() {
+        return (None, None);
+    }
+    let standbys = replicas
+        .statuses()
+        .into_iter()
+        .map(|s| StandbyOut {
+            name: s.name,
+            state: s.health.label().into(),
+            replayed_lsn: s.replayed.to_string(),
+            lag_ms: match &s.health {
+                Health::Up { lag } | Health::Lagging { lag } => Some(lag.as_millis() as u64),
+                _ => None,
+            },
+            error: match s.health {
+                Health::Down { error } => Some(error),
+                _ => None,
+            },
+        })
+        .collect();
+    let c = replicas.counts();
+    let reads = ReadsOut {
+        standby: c.standby,
+        primary_no_standby: c.primary_no_standby,
+        waited_for_standby: c.waited,
+        primary_standby_behind: c.primary_behind,
+        primary_after_standby_error: c.primary_after_error,
+    };
+    (Some(standbys), Some(reads))
 }
 
 #[derive(ApiResponse)]
@@ -30,28 +115,29 @@ impl HealthApi {
     /// Liveness: the process is up and serving HTTP.
     #[oai(path = "/healthz", method = "get", operation_id = "health.live")]
     async fn healthz(&self) -> Json<HealthOut> {
-        Json(HealthOut {
-            status: "ok".into(),
-        })
+        Json(HealthOut::of("ok"))
     }
 
     /// Readiness: the database answers and the schema is current.
     #[oai(path = "/readyz", method = "get", operation_id = "health.ready")]
     async fn readyz(&self) -> ReadyResponse {
-        let not_ready = |status: &str| {
-            ReadyResponse::NotReady(Json(HealthOut {
-                status: status.into(),
-            }))
-        };
-        match db::migrations_applied(&self.state.pool).await {
-            Ok(true) => ReadyResponse::Ready(Json(HealthOut {
-                status: "ok".into(),
-            })),
-            Ok(false) => not_ready("migrations pending"),
+        let ready = match db::migrations_applied(&self.state.pool).await {
+            Ok(true) => Ok("ok"),
+            Ok(false) => Err("migrations pending"),
             Err(err) => {
                 tracing::warn!(error = %err, "readiness check failed");
-                not_ready("database unreachable")
+                Err("database unreachable")
             }
+        };
+        let (standbys, reads) = replica_detail(&self.state);
+        let answer = |status: &str| HealthOut {
+            standbys,
+            reads,
+            ..HealthOut::of(status)
+        };
+        match ready {
+            Ok(status) => ReadyResponse::Ready(Json(answer(status))),
+            Err(status) => ReadyResponse::NotReady(Json(answer(status))),
         }
     }
 }

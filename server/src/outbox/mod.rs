@@ -88,8 +88,11 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     }
     // Woken on every notification, and after every reconnect (a notification
     // sent while disconnected is lost; the wake-up makes up for it).
-    let (waker, wake_rx) =
-        listen::spawn_waker(state.pool.clone(), NotifyChannel::Outbox, shutdown.clone());
+    let (waker, wake_rx) = listen::spawn_waker(
+        state.listen_pool.clone(),
+        NotifyChannel::Outbox,
+        shutdown.clone(),
+    );
     let mut handles = vec![waker];
     for n in 0..config.loops {
         let worker = Worker {
@@ -302,13 +305,15 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
     )
     .await?;
     crate::db::migrate(&pool).await?;
+    let listen_pool = crate::db::listen_pool(&args.database, &pool)?;
     let state = AppState::new(
         pool,
         crate::state::Settings {
             outbox,
             ..Default::default()
         },
-    );
+    )
+    .with_listen_pool(listen_pool);
     let (trigger, shutdown) = crate::shutdown::channel();
     let handles = spawn(&state, &shutdown);
     // The one line on stdout, for scripts and tests.

@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod inbox;
 pub mod notify;
 pub mod outbox;
+pub mod replication;
 pub mod teams;
 pub mod tenants;
 pub mod users;

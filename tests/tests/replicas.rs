@@ -1,0 +1,338 @@
+//! Reads from hot standbys (issue 13; ARCHITECTURE.md, "Reads from hot
+//! standbys"): a standby's pages never skip what a later page (from the
+//! primary or another standby) shows; a reader sees their own marks; a standby
+//! that stops, lags or is promoted leaves rotation with no failed request and
+//! comes back when healthy. On the real topology of `scripts/cluster`.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use sqlx::{postgres::PgPoolOptions, PgPool};
+use tidings_core::Position;
+use tidings_tests::{
+    client::UserApi,
+    sql::{self, until_served_on},
+    AppOptions, Cluster, TestApp, TestDb,
+};
+
+const TOKEN_HEADER: &str = "Tidings-Consistency-Token";
+
+fn position(cursor: &Value) -> Position {
+    Position::from_cursor(cursor.as_str().expect("cursor string")).expect("valid cursor")
+}
+
+/// One poll (a first page without a cursor), three items at most.
+async fn poll(reader: &UserApi<'_>, cursor: Option<&str>) -> Value {
+    let query = match cursor {
+        Some(c) => format!("?limit=3&after={c}"),
+        None => "?limit=3".to_string(),
+    };
+    reader.feed(&query).expect(200).await
+}
+
+/// A server reading from both standbys of `cluster`, checking them often.
+async fn serve_with_standbys(cluster: &Cluster, db: &TestDb, extra: &[(&str, &str)]) -> TestApp {
+    let mut env = vec![
+        (
+            "TIDINGS_DATABASE_REPLICA_URLS".to_string(),
+            cluster.replica_urls(&db.name),
+        ),
+        ("TIDINGS_REPLICA_CHECK_MS".to_string(), "50".to_string()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let app = TestApp::spawn_on(&db.url, AppOptions::env(env))
+        .await
+        .expect("serve");
+    until_standbys(&app, &["up", "up"]).await;
+    app
+}
+
+async fn readiness(app: &TestApp) -> Value {
+    app.public().ready().expect(200).await
+}
+
+/// Waits (up to 30 s) until `/readyz` shows the standbys in these states.
+async fn until_standbys(app: &TestApp, states: &[&str]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = readiness(app).await;
+        let now: Vec<&str> = ready["standbys"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .map(|s| s["state"].as_str().unwrap_or(""))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if now == states {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "standbys never reached {states:?}: {ready}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads served by a standby so far.
+async fn standby_reads(app: &TestApp) -> u64 {
+    readiness(app).await["reads"]["standby"]
+        .as_u64()
+        .expect("reads.standby")
+}
+
+async fn pool_of(db: &TestDb) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&db.url)
+        .await
+        .expect("pool")
+}
+
+/// ARCHITECTURE.md, invariant 2, on a hot standby. A (held open on the primary)
+/// took its xid before B, which commits first; the standby has replayed B's
+/// commit, but its own snapshot still counts A as running, so it holds B back
+/// exactly as the primary does. Polls that alternate between a server reading
+/// from the standbys and one reading from the primary see every item once, in
+/// position order.
+#[tokio::test]
+async fn a_standby_holds_back_what_the_primary_holds_back_and_alternating_polls_skip_nothing() {
+    let cluster = Cluster::shared().await;
+    let db = cluster.database().await;
+    let on_standbys = serve_with_standbys(&cluster, &db, &[]).await;
+    let on_primary = TestApp::spawn_on(&db.url, AppOptions::default())
+        .await
+        .expect("serve");
+    let pool = pool_of(&db).await;
+    let tenant = on_primary.create_tenant().await;
+    let api = on_primary.tenant(&tenant);
+    api.put_member("team", "reader").expect(201).await;
+    let token = on_primary.user_token(&tenant, "reader").await;
+    let (standby_reader, primary_reader) = (on_standbys.user(&token), on_primary.user(&token));
+
+    let readers = [&standby_reader, &primary_reader];
+    let mut turn = 0usize;
+    let mut expected = Vec::new();
+    let mut seen: Vec<Position> = Vec::new();
+    let mut cursor: Option<String> = None;
+
+    let before = standby_reads(&on_standbys).await;
+    for round in 0..4 {
+        // A: holds its xid open on the primary; B: committed through the API.
+        let (a_tx, a_id, a_txid) =
+            sql::event_in_open_transaction(&pool, &tenant, "team", &format!("a{round}")).await;
+        let b = api
+            .create_event(&json!({"team_id": "team", "type": format!("b{round}"), "payload": {}}))
+            .expect(201)
+            .await;
+        let b_pos = position(&b["cursor"]);
+        cluster.until_replayed().await;
+        // While A is open neither server serves B (nor A).
+        for _ in 0..2 {
+            let page = poll(readers[turn % 2], cursor.as_deref()).await;
+            turn += 1;
+            // Oldest first, as the client visits them.
+            for item in page["items"].as_array().expect("items").iter().rev() {
+                let p = position(&item["cursor"]);
+                assert!(
+                    p < Position::new(a_txid, a_id),
+                    "served {p:?} past open A: {page}"
+                );
+                seen.push(p);
+            }
+            if let Some(head) = page["head"].as_str() {
+                cursor = Some(head.to_string());
+            }
+        }
+        a_tx.commit().await.expect("commit A");
+        until_served_on(&cluster.primary_admin(), b_pos.tx).await;
+        cluster.until_replayed().await;
+        expected.push(a_id);
+        expected.push(b["id"].as_i64().expect("id"));
+    }
+    // Drain, alternating.
+    let mut empty_polls = 0;
+    while empty_polls < 2 {
+        let page = poll(readers[turn % 2], cursor.as_deref()).await;
+        turn += 1;
+        let items = page["items"].as_array().expect("items");
+        if items.is_empty() {
+            empty_polls += 1;
+        }
+        // Oldest first, as the client visits them.
+        for item in items.iter().rev() {
+            seen.push(position(&item["cursor"]));
+        }
+        cursor = page["head"].as_str().map(str::to_string).or(cursor);
+    }
+    let mut seen_ids: Vec<i64> = seen.iter().map(|p| p.id).collect();
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "positions only grow, none twice: {seen:?}"
+    );
+    seen_ids.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(seen_ids, expected, "every item, once");
+    assert!(
+        standby_reads(&on_standbys).await > before,
+        "the standby server's reads were served by standbys"
+    );
+}
+
+/// Read-your-writes: after a mark, the reader's next reads reflect it — with
+/// the token from the answer, and without it on the same instance — even when
+/// every standby is paused behind the mark. Then the failures: a standby that
+/// stops, lags beyond the bound or is promoted leaves rotation with no failed
+/// request, and returns once `scripts/cluster up` has repaired it.
+#[tokio::test]
+async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
+    let cluster = Cluster::for_failures().await;
+    let db = cluster.database().await;
+    let app = serve_with_standbys(&cluster, &db, &[("TIDINGS_REPLICA_MAX_LAG_MS", "1000")]).await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    api.put_member("team", "reader").expect(201).await;
+    let token = app.user_token(&tenant, "reader").await;
+    for n in 0..3 {
+        api.create_event(&json!({"team_id": "team", "type": format!("e{n}"), "payload": {}}))
+            .expect(201)
+            .await;
+    }
+    sql::until_all_served_on(&cluster.primary_admin()).await;
+    cluster.until_replayed().await;
+    assert_eq!(app.user(&token).counts().expect(200).await["unread"], 3);
+
+    // Readers that must never fail, all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let base = app.base_url().to_string();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, reads, base, token) =
+                (stop.clone(), reads.clone(), base.clone(), token.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    for path in ["/v1/feed?limit=5", "/v1/feed/counts"] {
+                        match http
+                            .get(format!("{base}{path}"))
+                            .bearer_auth(&token)
+                            .send()
+                            .await
+                        {
+                            Ok(r) if r.status() == 200 => {}
+                            Ok(r) => failures.push(format!("{path}: {}", r.status())),
+                            Err(e) => failures.push(format!("{path}: {e}")),
+                        }
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                failures
+            })
+        })
+        .collect();
+
+    // Read-your-writes with both standbys paused behind the mark.
+    for i in 0..2 {
+        sql::pause_replay(&cluster.standby(i, "postgres")).await;
+    }
+    let marked = app.user(&token).mark_read(&json!({})).reply(200).await;
+    let consistency = marked
+        .header(TOKEN_HEADER)
+        .expect("a mark answers with a consistency token")
+        .to_string();
+    assert_eq!(marked.json()["unread_count"], 0);
+    let with_token = app
+        .user(&token)
+        .counts()
+        .header(TOKEN_HEADER, consistency.clone())
+        .expect(200)
+        .await;
+    assert_eq!(
+        with_token["unread"], 0,
+        "the token's read reflects the mark"
+    );
+    let remembered = app.user(&token).counts().expect(200).await;
+    assert_eq!(
+        remembered["unread"], 0,
+        "the instance remembers the user's mark"
+    );
+    let page = app.user(&token).feed("").expect(200).await;
+    assert!(
+        page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .all(|i| i["read"] == true),
+        "{page}"
+    );
+    // Paused standbys fall behind the bound and leave rotation.
+    for n in 0..3 {
+        api.create_event(&json!({"team_id": "team", "type": format!("lag{n}"), "payload": {}}))
+            .expect(201)
+            .await;
+    }
+    until_standbys(&app, &["lagging", "lagging"]).await;
+    for i in 0..2 {
+        sql::resume_replay(&cluster.standby(i, "postgres")).await;
+    }
+    until_standbys(&app, &["up", "up"]).await;
+    let ready = readiness(&app).await;
+    let fell_back = ready["reads"]["primary_standby_behind"]
+        .as_u64()
+        .expect("counter")
+        + ready["reads"]["primary_no_standby"]
+            .as_u64()
+            .expect("counter");
+    assert!(
+        fell_back > 0,
+        "reads behind the token went to the primary: {ready}"
+    );
+
+    // A bad token is refused, not ignored.
+    let problem = app
+        .user(&token)
+        .counts()
+        .header(TOKEN_HEADER, "yesterday")
+        .problem(400)
+        .await;
+    assert_eq!(problem["code"], "invalid_consistency_token");
+
+    // A standby that stops.
+    cluster
+        .run(&["stop-standby", "1"])
+        .await
+        .expect("stop standby 1");
+    until_standbys(&app, &["down", "up"]).await;
+    cluster
+        .run(&["up", "--instances", "0", "--workers", "0"])
+        .await
+        .expect("restart");
+    until_standbys(&app, &["up", "up"]).await;
+
+    // A standby that is promoted no longer follows the primary.
+    sql::promote(&cluster.standby(1, "postgres")).await;
+    until_standbys(&app, &["up", "promoted"]).await;
+    cluster
+        .run(&["up", "--instances", "0", "--workers", "0"])
+        .await
+        .expect("rebuild");
+    until_standbys(&app, &["up", "up"]).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let mut failures = Vec::new();
+    for reader in readers {
+        failures.extend(reader.await.expect("reader"));
+    }
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    assert_eq!(failures, Vec::<String>::new(), "no read failed");
+}
