@@ -18,7 +18,7 @@ use tokio::{
     process::{Child, Command},
 };
 
-pub const ADMIN_TOKEN: &str = "bench-admin-token";
+pub const ADMIN_TOKEN: &str = "bench-admin-token-of-at-least-32-bytes";
 
 /// A running `tidings` process; SIGTERM then SIGKILL when dropped.
 pub struct Tidings {

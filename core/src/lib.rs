@@ -27,7 +27,10 @@ pub mod watermark;
 
 pub use fanout::{decide, Decision, FanoutThresholds, Rates, SendKind, Strategy};
 pub use id::{EntityId, EventType, TeamId, UserId};
-pub use key::{stable_lock_key, validate_id, Channel, KeyError, NotificationKey, MAX_ID_BYTES};
+pub use key::{
+    is_format_character, stable_lock_key, validate_id, Channel, KeyError, NotificationKey,
+    MAX_ID_BYTES,
+};
 pub use position::{CursorError, Position};
 pub use retry::{NextAttempt, RetrySchedule};
 pub use watermark::{

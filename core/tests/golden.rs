@@ -57,7 +57,7 @@ fn cases() -> Vec<Value> {
             "in_app",
         ],
         ["acme", "e\u{301}", "\u{e9}", "مرحبا", "webhook"],
-        ["🏢", "🔔:new", "📄", "👩\u{200d}💻", "email"],
+        ["🏢", "🔔:new", "📄", "👩\u{1f3fd}", "email"],
         ["❤\u{fe0f}", "🇫🇷", "a b", "\\/\"'", "in_app"],
         [&a255, &e255, &emoji255, &colon255, "webhook"],
     ];
@@ -68,6 +68,12 @@ fn cases() -> Vec<Value> {
         ["t", &too_long, "n", "r", "email"],
         ["t", "e", "line\nbreak", "r", "email"],
         ["t", "e", "n", "nel\u{85}", "email"],
+        // Format characters (Unicode Cf): zero-width joiner, right-to-left
+        // override, zero-width space, byte-order mark.
+        ["🏢", "🔔:new", "📄", "👩\u{200d}💻", "email"],
+        ["t", "e", "\u{202e}txt.exe", "r", "email"],
+        ["t", "adm\u{200b}in", "n", "r", "email"],
+        ["\u{feff}t", "e", "n", "r", "email"],
         ["t", "e", "n", "r", "sms"],
         ["t", "e", "n", "r", "Email"],
     ];
@@ -75,6 +81,7 @@ fn cases() -> Vec<Value> {
 
     for readable in [
         "v1:acme:invoice%3Aoverdue:50%25:u:email",
+        "v1:🏢:🔔%3Anew:📄:👩\u{1f3fd}:email",
         "v1:🏢:🔔%3Anew:📄:👩\u{200d}💻:email",
         "v2:acme:e:n:r:email",
         "v1:acme:e:n:email",

@@ -20,20 +20,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::announce();
-    let (pool, embedded) = db::open(&args.database).await?;
-    db::migrate(&pool).await?;
-    let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
-    // Fail at start-up, not at the first email.
-    outbox.channels()?;
+    // Refused before anything starts.
     let admin_token = match args.admin_token.clone().filter(|t| !t.is_empty()) {
-        Some(token) => token,
+        Some(token) => {
+            crate::config::check_admin_token(&token)?;
+            token
+        }
         None => {
-            let token = crate::credentials::random_token(24);
+            let token = crate::credentials::random_token(32);
             // Printed once, deliberately on stderr with the logs: not stored anywhere.
             eprintln!("TIDINGS_ADMIN_TOKEN was not set; this run's admin token is: {token}");
             token
         }
     };
+    let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
+    // Fail at start-up, not at the first email.
+    outbox.channels()?;
+    let secrets = crate::tenants::load_secret_keys(&args.database)?;
+    let (pool, embedded) = db::open(&args.database).await?;
+    db::migrate(&pool).await?;
+    crate::tenants::seal_at_start(&pool, &secrets).await?;
     let listen_pool = db::listen_pool(&args.database, &pool)?;
     let replicas = crate::replicas::Replicas::connect(
         pool.clone(),
@@ -48,7 +54,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             admin_token,
             alerts: args.alerts.clone(),
             inbox_page: args.inbox_page,
+            auth: args.auth.clone(),
         },
+        secrets,
     )
     .with_listen_pool(listen_pool)
     .with_replicas(replicas);

@@ -3,15 +3,20 @@
 //!
 //! Three kinds, all `Authorization: Bearer …`:
 //! - **API key** (`tdk_…`): a tenant's backend. Stored only as a SHA-256 hash.
-//! - **User token**: an HS256 JWT with claims `sub` (user id), `tid` (tenant id) and
-//!   `exp`, signed with the tenant's signing secret (the HMAC key is the UTF-8 bytes
-//!   of the secret string), so a tenant's backend can mint it without calling us.
+//! - **User token**: an HS256 JWT with claims `sub` (user id), `tid` (tenant id),
+//!   `iat` and `exp` (both required; `exp - iat` at most
+//!   `TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS`, default a day) and optionally `nbf`
+//!   (honoured), signed with the tenant's signing secret (the HMAC key is the UTF-8
+//!   bytes of the secret string), so a tenant's backend can mint it without calling us.
+//!   An unknown tenant and a wrong signature are one answer. The header's `kid`
+//!   names the secret; during a rotation's overlap the previous secret verifies
+//!   too. Tokens whose `iat` is before the user's revocation cutoff are refused.
 //! - **Admin token**: the operator's, from `TIDINGS_ADMIN_TOKEN`.
 //!
 //! A credential that is invalid for every kind is 401; a valid credential of the
 //! wrong kind for the endpoint is 403.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -21,8 +26,9 @@ use tidings_core::UserId;
 use uuid::Uuid;
 
 use crate::{
-    credentials::{hash_api_key, UserClaims, API_KEY_PREFIX},
+    credentials::{hash_api_key, API_KEY_PREFIX},
     error::ApiError,
+    secrets::Purpose,
     state::AppState,
     store,
 };
@@ -115,8 +121,10 @@ async fn identify(state: &AppState, token: &str) -> Result<Credential, ApiError>
     ))
 }
 
-/// Key lookups are cached briefly: a revocation reaches the instance that handled it
-/// at once and every other instance within `API_KEY_CACHE_TTL`.
+/// Credential lookups (API keys, signing secrets, unknown tenants, users'
+/// revocation cutoffs) are cached briefly: a revocation or rotation reaches the
+/// instance that handled it at once and every other instance within
+/// `API_KEY_CACHE_TTL`.
 pub const API_KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 
 async fn tenant_for_api_key(state: &AppState, key: &str) -> Result<Option<Uuid>, ApiError> {
@@ -128,6 +136,17 @@ async fn tenant_for_api_key(state: &AppState, key: &str) -> Result<Option<Uuid>,
     state.auth_cache.api_keys.insert(hash, found).await;
     Ok(found)
 }
+
+/// The claims a user token must carry to be checked.
+#[derive(serde::Deserialize)]
+struct CheckedClaims {
+    sub: String,
+    iat: i64,
+    exp: i64,
+}
+
+/// Allowed clock difference between the tenant's backend and us, in seconds.
+const CLOCK_LEEWAY_SECS: u64 = 5;
 
 async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, ApiError> {
     let bad = |why: &str| ApiError::unauthorized(format!("invalid user token: {why}"));
@@ -144,42 +163,183 @@ async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, Api
         .as_str()
         .and_then(|t| Uuid::parse_str(t).ok())
         .ok_or_else(|| bad("missing or malformed tid"))?;
-    let secret = signing_secret(state, tenant_id)
+    // An unknown tenant and a wrong signature get the same answer: telling
+    // them apart would let anyone enumerate tenant ids.
+    let not_verified = || bad("signature does not verify");
+    let keys = signing_keys(state, tenant_id)
         .await?
-        .ok_or_else(|| bad("unknown tenant"))?;
+        .ok_or_else(not_verified)?;
+    let kid = jsonwebtoken::decode_header(token)
+        .map_err(|_| bad("malformed"))?
+        .kid;
+    // A token names its secret by `kid`; one without (signed before rotation
+    // existed, or by a backend that does not set it) may use either secret
+    // of the overlap.
+    let candidates: Vec<&str> = keys
+        .secrets()
+        .filter(|(id, _)| kid.as_deref().is_none_or(|k| k == *id))
+        .map(|(_, secret)| secret)
+        .collect();
 
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
-    validation.leeway = 5;
-    let data = jsonwebtoken::decode::<UserClaims>(
-        token,
-        &DecodingKey::from_secret(secret.as_bytes()),
-        &validation,
-    )
-    .map_err(|err| match err.kind() {
-        jsonwebtoken::errors::ErrorKind::ExpiredSignature => bad("expired"),
-        jsonwebtoken::errors::ErrorKind::InvalidSignature => {
-            bad("signature does not match the tenant")
+    validation.validate_nbf = true;
+    validation.leeway = CLOCK_LEEWAY_SECS;
+    let mut outcome = Err(not_verified());
+    for secret in candidates {
+        outcome = jsonwebtoken::decode::<CheckedClaims>(
+            token,
+            &DecodingKey::from_secret(secret.as_bytes()),
+            &validation,
+        )
+        .map_err(|err| match err.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => bad("expired"),
+            jsonwebtoken::errors::ErrorKind::ImmatureSignature => bad("not valid yet (nbf)"),
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => not_verified(),
+            jsonwebtoken::errors::ErrorKind::Json(_) => {
+                bad("claims sub, tid, iat and exp are required")
+            }
+            _ => bad("malformed"),
+        });
+        if outcome.is_ok() {
+            break;
         }
-        _ => bad("malformed"),
-    })?;
-    let user_id = UserId::parse_as("sub", data.claims.sub).map_err(|e| bad(&e.to_string()))?;
+    }
+    let claims = outcome?.claims;
+    check_lifetime(
+        claims.iat,
+        claims.exp,
+        chrono::Utc::now().timestamp(),
+        state.settings.auth.user_token_max_lifetime_secs,
+    )
+    .map_err(|why| bad(&why))?;
+    let user_id = UserId::parse_as("sub", claims.sub).map_err(|e| bad(&e.to_string()))?;
+    if let Some(cutoff) = user_token_cutoff(state, tenant_id, &user_id).await? {
+        if claims.iat < cutoff {
+            return Err(bad(
+                "revoked (issued before the user's tokens were revoked)",
+            ));
+        }
+    }
     Ok(UserCtx { tenant_id, user_id })
 }
 
-async fn signing_secret(state: &AppState, tenant_id: Uuid) -> Result<Option<String>, ApiError> {
+/// The first second whose tokens count for (tenant, user), if their tokens
+/// were ever revoked: the revocation instant rounded up, so a token issued in
+/// the same second as the revocation is revoked too (`iat` has whole seconds).
+async fn user_token_cutoff(
+    state: &AppState,
+    tenant_id: Uuid,
+    user_id: &UserId,
+) -> Result<Option<i64>, ApiError> {
+    let cache_key = (tenant_id, user_id.as_str().to_owned());
+    if let Some(hit) = state.auth_cache.user_cutoffs.get(&cache_key).await {
+        return Ok(hit);
+    }
+    let found = store::tenants::find_user_token_cutoff(&state.pool, tenant_id, user_id.as_str())
+        .await?
+        .map(|at| {
+            let secs = at.timestamp();
+            if at.timestamp_subsec_nanos() > 0 {
+                secs + 1
+            } else {
+                secs
+            }
+        });
+    state.auth_cache.user_cutoffs.insert(cache_key, found).await;
+    Ok(found)
+}
+
+/// A token may live at most `max_lifetime` seconds (`exp - iat`), and may not
+/// claim to be issued in the future: without both, a tenant's backend (or
+/// whoever holds its secret) could mint a token that never expires.
+fn check_lifetime(iat: i64, exp: i64, now: i64, max_lifetime: u64) -> Result<(), String> {
+    if iat > now.saturating_add(CLOCK_LEEWAY_SECS as i64) {
+        return Err("issued in the future (iat)".into());
+    }
+    let lifetime = i128::from(exp) - i128::from(iat);
+    if lifetime > i128::from(max_lifetime) {
+        return Err(format!(
+            "lifetime exp - iat is {lifetime} s; the limit is {max_lifetime} s"
+        ));
+    }
+    Ok(())
+}
+
+/// A tenant's signing secrets, opened: the current one and, during a
+/// rotation's overlap, the previous one.
+pub struct SigningKeys {
+    pub current: (String, String),
+    pub previous: Option<(String, String)>,
+}
+
+impl SigningKeys {
+    /// (key id, secret) pairs, current first.
+    fn secrets(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once(&self.current)
+            .chain(self.previous.as_ref())
+            .map(|(id, secret)| (id.as_str(), secret.as_str()))
+    }
+}
+
+/// A tenant's signing secrets, opened with the key for secrets at rest.
+pub async fn load_signing_keys(
+    state: &AppState,
+    tenant_id: Uuid,
+) -> Result<Option<SigningKeys>, ApiError> {
+    let Some(row) = store::tenants::find_signing_keys(&state.pool, tenant_id).await? else {
+        return Ok(None);
+    };
+    let open = |stored: &str| {
+        state
+            .secrets
+            .open(Purpose::SigningSecret, stored)
+            .map_err(|e| ApiError::Internal(anyhow::Error::new(e)))
+    };
+    let previous = match (row.previous_signing_key_id, row.previous_signing_secret) {
+        (Some(id), Some(secret)) => Some((id, open(&secret)?)),
+        _ => None,
+    };
+    Ok(Some(SigningKeys {
+        current: (row.signing_key_id, open(&row.signing_secret)?),
+        previous,
+    }))
+}
+
+/// Signing secrets by tenant, cached like API keys (a rotation reaches other
+/// instances within `API_KEY_CACHE_TTL`), with misses cached as briefly, so a
+/// flood of tokens naming made-up tenants costs no query each.
+async fn signing_keys(
+    state: &AppState,
+    tenant_id: Uuid,
+) -> Result<Option<Arc<SigningKeys>>, ApiError> {
     if let Some(hit) = state.auth_cache.signing_secrets.get(&tenant_id).await {
         return Ok(Some(hit));
     }
-    let found = store::tenants::find_signing_secret(&state.pool, tenant_id).await?;
-    if let Some(secret) = &found {
-        state
-            .auth_cache
-            .signing_secrets
-            .insert(tenant_id, secret.clone())
-            .await;
+    if state
+        .auth_cache
+        .unknown_tenants
+        .get(&tenant_id)
+        .await
+        .is_some()
+    {
+        return Ok(None);
     }
-    Ok(found)
+    match load_signing_keys(state, tenant_id).await? {
+        Some(keys) => {
+            let keys = Arc::new(keys);
+            state
+                .auth_cache
+                .signing_secrets
+                .insert(tenant_id, keys.clone())
+                .await;
+            Ok(Some(keys))
+        }
+        None => {
+            state.auth_cache.unknown_tenants.insert(tenant_id, ()).await;
+            Ok(None)
+        }
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -193,7 +353,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// to authenticate.
 pub struct AuthCache {
     pub api_keys: moka::future::Cache<Vec<u8>, Option<Uuid>>,
-    pub signing_secrets: moka::future::Cache<Uuid, String>,
+    pub signing_secrets: moka::future::Cache<Uuid, Arc<SigningKeys>>,
+    /// Per (tenant, user): the revocation cutoff in seconds, if any.
+    pub user_cutoffs: moka::future::Cache<(Uuid, String), Option<i64>>,
+    /// Tenant ids user tokens named that do not exist, for `API_KEY_CACHE_TTL`.
+    pub unknown_tenants: moka::future::Cache<Uuid, ()>,
 }
 
 impl Default for AuthCache {
@@ -203,8 +367,18 @@ impl Default for AuthCache {
                 .max_capacity(100_000)
                 .time_to_live(API_KEY_CACHE_TTL)
                 .build(),
-            // Signing secrets never change once issued.
-            signing_secrets: moka::future::Cache::builder().max_capacity(100_000).build(),
+            signing_secrets: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(API_KEY_CACHE_TTL)
+                .build(),
+            user_cutoffs: moka::future::Cache::builder()
+                .max_capacity(1_000_000)
+                .time_to_live(API_KEY_CACHE_TTL)
+                .build(),
+            unknown_tenants: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(API_KEY_CACHE_TTL)
+                .build(),
         }
     }
 }
@@ -219,5 +393,21 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
         assert!(!constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn token_lifetime_is_capped_and_iat_may_not_be_in_the_future() {
+        const DAY: u64 = 86_400;
+        let now: i64 = 1_000_000;
+        let day = DAY as i64;
+        assert!(check_lifetime(now, now + day, now, DAY).is_ok());
+        assert!(check_lifetime(now - 10, now + day - 10, now, DAY).is_ok());
+        assert!(check_lifetime(now, now + day + 1, now, DAY).is_err());
+        assert!(
+            check_lifetime(now, 253_402_300_799, now, DAY).is_err(),
+            "year 9999"
+        );
+        assert!(check_lifetime(now + 3600, now + 7200, now, DAY).is_err());
+        assert!(check_lifetime(i64::MIN, i64::MAX, now, DAY).is_err());
     }
 }

@@ -39,10 +39,14 @@ pub async fn run() -> ExitCode {
 async fn migrate(args: crate::config::DatabaseArgs) -> anyhow::Result<()> {
     let (pool, embedded) = db::open(&args).await?;
     db::migrate(&pool).await?;
+    // Sealing stored secrets belongs to migrating (rows written before
+    // encryption at rest existed).
+    let sealed = crate::tenants::open_secret_keys(&pool, &args).await;
     pool.close().await;
     if let Some(mut pg) = embedded {
         tokio::task::spawn_blocking(move || pg.stop()).await.ok();
     }
+    sealed?;
     eprintln!("migrations applied");
     Ok(())
 }
@@ -54,9 +58,12 @@ async fn create_tenant(
 ) -> anyhow::Result<()> {
     let (pool, embedded) = db::open(&args).await?;
     db::migrate(&pool).await?;
-    let created = crate::tenants::create_tenant(&pool, name)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"));
+    let created = match crate::tenants::open_secret_keys(&pool, &args).await {
+        Ok(keys) => crate::tenants::create_tenant(&pool, &keys, name)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}")),
+        Err(err) => Err(err),
+    };
     pool.close().await;
     if let Some(mut pg) = embedded {
         tokio::task::spawn_blocking(move || pg.stop()).await.ok();

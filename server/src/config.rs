@@ -35,14 +35,20 @@ pub mod defaults {
     pub const EMAIL_FROM: &str = "Tidings <notifications@localhost>";
 
     pub const WEBHOOK_ROTATION_GRACE_SECS: u64 = 24 * 3600;
+    pub const USER_TOKEN_MAX_LIFETIME_SECS: u64 = 24 * 3600;
+    pub const SIGNING_ROTATION_OVERLAP_SECS: u64 = 24 * 3600;
     pub const IDEMPOTENCY_RETENTION_SECS: u64 = 24 * 3600;
     pub const IDEMPOTENCY_PURGE_INTERVAL_SECS: u64 = 3600;
     pub const IDEMPOTENCY_LEASE_SECS: u64 = 60;
 
     pub const NATS_STREAM: &str = "TIDINGS_ALERTS";
-    pub const NATS_SUBJECT: &str = "tidings.alerts";
+    pub const NATS_SUBJECT: &str = "tidings.*.alerts";
     pub const NATS_DURABLE: &str = "tidings-alerts";
     pub const NATS_ACK_WAIT_SECS: u64 = 30;
+
+    /// Shortest admin token `serve` accepts, in bytes: 256 bits, as much as a
+    /// generated one carries, so the token cannot be guessed.
+    pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 
     /// Shortest poll interval accepted, whatever is configured.
     pub const MIN_OUTBOX_POLL: Duration = Duration::from_millis(10);
@@ -108,7 +114,8 @@ pub enum TenantCommand {
 pub struct DatabaseArgs {
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/tidings. When unset, an
     /// embedded PostgreSQL is started from the machine's installed binaries.
-    #[arg(long, env = "DATABASE_URL")]
+    // URLs carry passwords: `--help` never shows their environment values.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Directory for the embedded PostgreSQL's data (kept between runs). Default:
     /// ./.tidings. Run as root, PostgreSQL runs as the `postgres` (or `nobody`) account;
@@ -124,6 +131,19 @@ pub struct DatabaseArgs {
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
+    /// Key for secrets at rest (tenants' signing secrets, webhook secrets):
+    /// `<key id>:<base64 of 32 bytes>` (`openssl rand -base64 32`), or several
+    /// separated by commas: the first seals, all open, and start-up re-seals
+    /// what an older key sealed (rotation). Unset: a key generated on first
+    /// start and kept in <data dir>/secret-key (one box; replicas on several
+    /// machines must share one TIDINGS_SECRET_KEY).
+    #[arg(
+        long,
+        env = "TIDINGS_SECRET_KEY",
+        hide_env_values = true,
+        value_name = "KEYS"
+    )]
+    pub secret_key: Option<String>,
     /// A direct PostgreSQL URL (the primary, not a pooler) for LISTEN sessions:
     /// cache invalidation and worker wake-ups. Needed when DATABASE_URL goes
     /// through PgBouncer in transaction pooling mode, which cannot keep a
@@ -142,12 +162,14 @@ pub struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "TIDINGS_MAX_BODY_BYTES", default_value_t = defaults::MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
-    /// Operator token for /v1/admin endpoints. When unset, one is generated at start-up
-    /// and printed once to the log.
+    /// Operator token for /v1/admin endpoints, at least 32 bytes (`serve` refuses a
+    /// shorter one). When unset, one is generated at start-up and printed once to the log.
     #[arg(long, env = "TIDINGS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     #[command(flatten)]
     pub alerts: AlertsConfig,
+    #[command(flatten)]
+    pub auth: AuthConfig,
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
@@ -245,7 +267,7 @@ pub struct WorkerArgs {
     pub webhook_allow_private: AllowPrivate,
     /// SMTP server for email, e.g. smtp://127.0.0.1:2525 or smtps://user:pass@host.
     /// Without it, email deliveries wait for a worker that has one.
-    #[arg(long, env = "TIDINGS_SMTP_URL")]
+    #[arg(long, env = "TIDINGS_SMTP_URL", hide_env_values = true)]
     pub smtp_url: Option<String>,
     /// From header of emails.
     #[arg(long, env = "TIDINGS_EMAIL_FROM", default_value = defaults::EMAIL_FROM)]
@@ -282,6 +304,35 @@ pub enum AllowPrivate {
     All,
 }
 
+/// How user tokens are checked (flags and environment of `serve`).
+///
+/// Defaults and why: a day's lifetime bounds how long a leaked token works
+/// (a front end refreshes through its backend); it is also the longest
+/// `POST /v1/user-tokens` mints. A rotated-out signing secret verifies for as
+/// long again, so a rotation never cuts short a token already handed out;
+/// for an emergency (a leaked secret), revoke users' tokens as well.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuthConfig {
+    /// Longest lifetime (`exp - iat`) of a user token, in seconds; longer-lived
+    /// tokens are refused, however they were signed.
+    #[arg(long, env = "TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS", default_value_t = defaults::USER_TOKEN_MAX_LIFETIME_SECS)]
+    pub user_token_max_lifetime_secs: u64,
+    /// How long a rotated-out signing secret keeps verifying user tokens, in
+    /// seconds. At least the token lifetime, so no token handed out before a
+    /// rotation stops working early.
+    #[arg(long, env = "TIDINGS_SIGNING_ROTATION_OVERLAP_SECS", default_value_t = defaults::SIGNING_ROTATION_OVERLAP_SECS)]
+    pub signing_rotation_overlap_secs: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            user_token_max_lifetime_secs: defaults::USER_TOKEN_MAX_LIFETIME_SECS,
+            signing_rotation_overlap_secs: defaults::SIGNING_ROTATION_OVERLAP_SECS,
+        }
+    }
+}
+
 /// Alert and alert-adjacent settings (flags and environment of `serve`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct AlertsConfig {
@@ -306,10 +357,14 @@ pub struct AlertsConfig {
     #[arg(long, env = "TIDINGS_IDEMPOTENCY_LEASE_SECS", default_value_t = defaults::IDEMPOTENCY_LEASE_SECS)]
     pub idempotency_lease_secs: u64,
     /// NATS server to consume alert requests from (JetStream). Unset: no consumer.
-    #[arg(long, env = "TIDINGS_NATS_URL")]
+    #[arg(long, env = "TIDINGS_NATS_URL", hide_env_values = true)]
     pub nats_url: Option<String>,
     #[arg(long, env = "TIDINGS_NATS_STREAM", default_value = defaults::NATS_STREAM)]
     pub nats_stream: String,
+    /// Subject pattern of the alert stream, with exactly one `*` token: the
+    /// tenant id. A message on `tidings.<tenant id>.alerts` is that tenant's, so
+    /// NATS permissions that let a publisher write only its own subject make it
+    /// unable to act as any other tenant (deploy/nats/).
     #[arg(long, env = "TIDINGS_NATS_SUBJECT", default_value = defaults::NATS_SUBJECT)]
     pub nats_subject: String,
     /// Durable consumer name; every `serve` process shares it (work is split).
@@ -363,6 +418,30 @@ impl AlertsConfig {
     pub fn webhook_rotation_grace(&self) -> Duration {
         Duration::from_secs(self.webhook_rotation_grace_secs)
     }
+
+    /// Where the tenant id is in a subject of `nats_subject`: the index of its
+    /// one `*` token.
+    pub fn nats_tenant_token(&self) -> anyhow::Result<usize> {
+        nats_tenant_token(&self.nats_subject)
+    }
+}
+
+/// The index of the one `*` token of a subject pattern (`tidings.*.alerts`: 1).
+pub fn nats_tenant_token(pattern: &str) -> anyhow::Result<usize> {
+    let tokens: Vec<&str> = pattern.split('.').collect();
+    let wildcards: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == "*")
+        .map(|(i, _)| i)
+        .collect();
+    anyhow::ensure!(
+        wildcards.len() == 1 && !tokens.iter().any(|t| t.is_empty() || *t == ">"),
+        "TIDINGS_NATS_SUBJECT {pattern:?} must have exactly one `*` token (the tenant id) \
+         and no `>`, e.g. {:?}",
+        defaults::NATS_SUBJECT
+    );
+    Ok(wildcards[0])
 }
 
 /// Validated worker settings.
@@ -470,6 +549,45 @@ impl OutboxConfig {
     }
 }
 
+/// Refuses an admin token shorter than [`defaults::MIN_ADMIN_TOKEN_BYTES`].
+/// The message never contains the token.
+pub fn check_admin_token(token: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        token.len() >= defaults::MIN_ADMIN_TOKEN_BYTES,
+        "TIDINGS_ADMIN_TOKEN is {} bytes; it must be at least {} (e.g. `openssl rand -base64 32`), \
+         or unset to have one generated",
+        token.len(),
+        defaults::MIN_ADMIN_TOKEN_BYTES
+    );
+    Ok(())
+}
+
+/// A URL as it may be shown in a log line or an error: without its userinfo
+/// (user name and password). Text that does not parse as a URL is cut to its
+/// scheme, since where a password would be in it cannot be known.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            if url.password().is_some() || !url.username().is_empty() {
+                // Only "cannot-be-a-base" URLs refuse these, and they have no userinfo.
+                let _ = url.set_password(None);
+                let _ = url.set_username("");
+            }
+            url.to_string()
+        }
+        Err(_) => match raw.split_once("://") {
+            Some((scheme, _))
+                if scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+            {
+                format!("{scheme}://…")
+            }
+            _ => "(not a URL)".to_string(),
+        },
+    }
+}
+
 /// Runtime settings, shared by every handler and worker through the state.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -481,6 +599,8 @@ pub struct Settings {
     pub alerts: AlertsConfig,
     /// Whether `/inbox/` serves the inbox page.
     pub inbox_page: bool,
+    /// User-token checks.
+    pub auth: AuthConfig,
 }
 
 impl Default for Settings {
@@ -491,6 +611,47 @@ impl Default for Settings {
             admin_token: String::new(),
             alerts: AlertsConfig::default(),
             inbox_page: defaults::INBOX_PAGE,
+            auth: AuthConfig::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nats_subject_names_the_tenant_by_its_one_wildcard() {
+        assert_eq!(nats_tenant_token("tidings.*.alerts").ok(), Some(1));
+        assert_eq!(nats_tenant_token("a.b.*").ok(), Some(2));
+        for bad in ["tidings.alerts", "tidings.*.*", "tidings.>", "a..*", "*.>"] {
+            assert!(nats_tenant_token(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redacted_urls_keep_no_password() {
+        assert_eq!(
+            redact_url("smtps://ann:s3cret@mail.example:465/?tls=required"),
+            "smtps://mail.example:465/?tls=required"
+        );
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1:5432/tidings"),
+            "postgres://127.0.0.1:5432/tidings"
+        );
+        assert_eq!(redact_url("smtp://127.0.0.1:2525"), "smtp://127.0.0.1:2525");
+        for unparsable in ["smtps://ann:s3cret@[bad", "smtps://ann:s3cret@host:99999"] {
+            let shown = redact_url(unparsable);
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+        assert_eq!(redact_url("s3cret"), "(not a URL)");
+    }
+
+    #[test]
+    fn admin_tokens_shorter_than_32_bytes_are_refused_without_being_shown() {
+        let err = check_admin_token("x").expect_err("too short");
+        assert!(!err.to_string().contains("\"x\""), "{err}");
+        assert!(check_admin_token(&"t".repeat(31)).is_err());
+        assert!(check_admin_token(&"t".repeat(32)).is_ok());
     }
 }

@@ -12,27 +12,39 @@ use uuid::Uuid;
 
 pub const API_KEY_PREFIX: &str = "tdk_";
 
+/// The claims of a user token. `iat` and `exp` are required; `nbf` is
+/// honoured when present (`crate::auth` checks them).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct UserClaims {
     pub sub: String,
     pub tid: String,
+    pub iat: i64,
     pub exp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
-/// Mints a user token exactly as a tenant's backend would.
+/// Mints a user token exactly as a tenant's backend would, naming the
+/// signing secret by its key id (`kid` in the header).
 pub fn mint_user_token(
     secret: &str,
+    key_id: &str,
     tenant_id: Uuid,
     user_id: &str,
+    iat: i64,
     exp: i64,
 ) -> anyhow::Result<String> {
     let claims = UserClaims {
         sub: user_id.to_string(),
         tid: tenant_id.to_string(),
+        iat,
         exp,
+        nbf: None,
     };
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some(key_id.to_owned());
     Ok(jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
+        &header,
         &claims,
         &EncodingKey::from_secret(secret.as_bytes()),
     )?)
@@ -44,6 +56,12 @@ pub fn new_api_key() -> String {
 
 pub fn new_signing_secret() -> String {
     random_token(32)
+}
+
+/// A signing secret's key id (`kid`): short, random, URL-safe. Tenants
+/// created before rotation existed have `k0`.
+pub fn new_signing_key_id() -> String {
+    format!("k{}", random_token(6))
 }
 
 pub fn random_token(bytes: usize) -> String {

@@ -3,20 +3,30 @@
 //! to `POST /v1/alerts`: the same body, parsed the same way, written by the
 //! same `alerts::submit`.
 //!
-//! Per message, ONE transaction records the message id in `inbox_messages`
-//! (ON CONFLICT DO NOTHING) and creates the alert; only after commit is the
-//! message acked. A redelivery (crash before ack, ack lost, a replayed consumer)
-//! finds the id and is acked without effect.
+//! **The tenant comes from the subject**, never from the body: a message on
+//! `tidings.<tenant id>.alerts` (the `*` token of `TIDINGS_NATS_SUBJECT`) is
+//! that tenant's. NATS permissions decide who may publish on which subject
+//! (deploy/nats/ shows a configuration where each publisher can write only
+//! its own tenant's subject); a body that names another tenant (`tenant_id`)
+//! is rejected.
+//!
+//! Per message, ONE transaction records (tenant, message id) in
+//! `inbox_messages` (ON CONFLICT DO NOTHING) and creates the alert; only after
+//! commit is the message acked. A redelivery (crash before ack, ack lost, a
+//! replayed consumer) finds the id and is acked without effect. Ids are per
+//! tenant, so no publisher can pre-claim another tenant's ids.
 //!
 //! The message id is the `Nats-Msg-Id` header when the producer set one (so a
 //! producer's own retries are recognised even when JetStream's duplicate window
 //! has passed), else `<stream>:<stream sequence>` (so redeliveries of one stored
 //! message are).
 //!
-//! Poison messages (not JSON, unknown fields, invalid alert, unknown tenant) are
-//! recorded in the inbox with outcome `rejected` and the reason, then
-//! terminated (`+TERM`): retrying cannot fix them, and the row lets an operator
-//! find them. Database trouble is transient: the message is nak'ed with a delay.
+//! Poison messages (not JSON, unknown fields, invalid alert) are recorded in
+//! the inbox with outcome `rejected` and the reason, then terminated
+//! (`+TERM`): retrying cannot fix them, and the row lets an operator find
+//! them. A subject that names no existing tenant has no tenant to record the
+//! message under: it is logged and terminated. Database trouble is transient:
+//! the message is nak'ed with a delay.
 //!
 //! Test-only (feature `test-hooks`, see `crate::test_hooks`): the process can
 //! be made to abort right after committing a new alert and before acking, to
@@ -56,6 +66,7 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         .nats_url
         .as_deref()
         .context("no NATS URL configured")?;
+    let tenant_token = config.nats_tenant_token()?;
     let client = async_nats::connect(url)
         .await
         .context("connecting to NATS")?;
@@ -97,7 +108,8 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
             Some(Ok(msg)) => msg,
         };
         let message_id = message_id(&config.nats_stream, &msg);
-        let ack = match handle(state, &message_id, &msg.payload).await {
+        let tenant = tenant_of(&msg.subject, tenant_token);
+        let ack = match handle(state, tenant, &message_id, &msg.payload).await {
             Ok(Handled::Created) => {
                 #[cfg(feature = "test-hooks")]
                 crate::test_hooks::crash_if_armed(
@@ -136,26 +148,77 @@ fn message_id(stream: &str, msg: &jetstream::Message) -> String {
     }
 }
 
-/// The message body: a `POST /v1/alerts` body plus `tenant_id`.
-fn parse(payload: &[u8]) -> Result<(Uuid, AlertRequest), String> {
-    let mut body: serde_json::Value =
-        serde_json::from_slice(payload).map_err(|e| format!("body is not JSON: {e}"))?;
-    let object = body.as_object_mut().ok_or("body must be a JSON object")?;
-    let tenant = object
-        .remove("tenant_id")
-        .and_then(|t| t.as_str().and_then(|s| Uuid::parse_str(s).ok()))
-        .ok_or("tenant_id must be a UUID string")?;
-    let input: AlertIn = serde_json::from_value(body).map_err(|e| format!("invalid alert: {e}"))?;
-    let alert = input.into_request().map_err(|e| e.to_string())?;
-    Ok((tenant, alert))
+/// The tenant a subject names: its token at the pattern's `*`.
+fn tenant_of(subject: &str, tenant_token: usize) -> Option<Uuid> {
+    subject
+        .split('.')
+        .nth(tenant_token)
+        .and_then(|t| Uuid::parse_str(t).ok())
 }
 
-pub async fn handle(state: &AppState, message_id: &str, payload: &[u8]) -> anyhow::Result<Handled> {
+/// The message body: a `POST /v1/alerts` body. A `tenant_id` field is
+/// tolerated only when it names the subject's tenant (publishers written for
+/// the earlier format, where the body chose the tenant).
+fn parse(tenant: Uuid, payload: &[u8]) -> Result<AlertRequest, String> {
+    let mut body: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("body is not JSON: {e}"))?;
+    if let Some(nul) = crate::json_nul::find_in_value(&body, &mut String::new()) {
+        return Err(nul.to_string());
+    }
+    let object = body.as_object_mut().ok_or("body must be a JSON object")?;
+    if let Some(claimed) = object.remove("tenant_id") {
+        if claimed.as_str().and_then(|s| Uuid::parse_str(s).ok()) != Some(tenant) {
+            return Err("tenant_id in the body differs from the subject's tenant".into());
+        }
+    }
+    let input: AlertIn = serde_json::from_value(body).map_err(|e| format!("invalid alert: {e}"))?;
+    input.into_request().map_err(|e| e.to_string())
+}
+
+pub async fn handle(
+    state: &AppState,
+    tenant: Option<Uuid>,
+    message_id: &str,
+    payload: &[u8],
+) -> anyhow::Result<Handled> {
     let pool = &state.pool;
-    let (tenant, alert) = match parse(payload) {
+    let Some(tenant) = tenant else {
+        tracing::warn!(%message_id, "rejecting a message whose subject names no tenant id");
+        return Ok(Handled::Rejected);
+    };
+    let alert = match parse(tenant, payload) {
         Ok(parsed) => parsed,
-        Err(reason) => return Ok(submit::reject_inbox_message(pool, message_id, &reason).await?),
+        Err(reason) => {
+            return Ok(submit::reject_inbox_message(pool, tenant, message_id, &reason).await?)
+        }
     };
     let thresholds = state.settings.alerts.thresholds();
     Ok(submit::submit_from_inbox(pool, &thresholds, message_id, tenant, &alert).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tenant_is_the_subjects_wildcard_token() {
+        let t = Uuid::now_v7();
+        assert_eq!(tenant_of(&format!("tidings.{t}.alerts"), 1), Some(t));
+        assert_eq!(tenant_of("tidings.acme.alerts", 1), None);
+        assert_eq!(tenant_of("tidings", 1), None);
+    }
+
+    #[test]
+    fn a_body_may_not_name_another_tenant() {
+        let (t, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let body = |tid: Uuid| {
+            serde_json::json!({
+                "tenant_id": tid, "event_type": "e", "entity_id": "n",
+                "recipients": ["ann"], "channels": ["in_app"], "payload": {}
+            })
+            .to_string()
+        };
+        assert!(parse(t, body(t).as_bytes()).is_ok());
+        assert!(parse(t, body(other).as_bytes()).is_err());
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 pub use crate::config::Settings;
-use crate::{auth::AuthCache, cache::Caches, replicas::Replicas};
+use crate::{auth::AuthCache, cache::Caches, replicas::Replicas, secrets::SecretKeys};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -18,11 +18,13 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub auth_cache: Arc<AuthCache>,
     pub caches: Arc<Caches>,
+    /// The key for secrets at rest (`crate::secrets`).
+    pub secrets: Arc<SecretKeys>,
 }
 
 impl AppState {
     /// A state on one database: LISTEN on the same pool, no standbys.
-    pub fn new(pool: PgPool, settings: Settings) -> Self {
+    pub fn new(pool: PgPool, settings: Settings, secrets: SecretKeys) -> Self {
         AppState {
             listen_pool: pool.clone(),
             replicas: Arc::new(Replicas::primary_only(pool.clone())),
@@ -30,6 +32,7 @@ impl AppState {
             settings: Arc::new(settings),
             auth_cache: Arc::new(AuthCache::default()),
             caches: Arc::new(Caches::default()),
+            secrets: Arc::new(secrets),
         }
     }
 
@@ -49,6 +52,9 @@ impl AppState {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .connect_lazy("postgres://offline.invalid/tidings")
             .expect("a constant URL parses");
-        AppState::new(pool, Settings::default())
+        // A throwaway key: this state never reads or writes a secret.
+        let secrets = SecretKeys::parse(&SecretKeys::generate_spec("offline"))
+            .expect("a generated key parses");
+        AppState::new(pool, Settings::default(), secrets)
     }
 }

@@ -183,8 +183,10 @@ fn configuration_and_leaf_value_types_import_nothing_of_the_server() {
         "config",
         "credentials",
         "deliveries::status",
+        "json_nul",
         "paging",
         "payload",
+        "secrets",
         "backoff",
         "shutdown",
     ] {
@@ -217,6 +219,7 @@ fn services_and_the_store_know_no_http() {
         "tenants",
         "idempotency",
         "idempotency::fingerprint",
+        "json_nul",
         "paging",
         "payload",
         "listen",

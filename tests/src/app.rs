@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::{process::tidings_bin, TestDb, TidingsProcess};
 
 /// The admin token every test server runs with.
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-of-at-least-32-bytes";
 
 /// A tenant created through the admin API, with its credentials.
 #[derive(Debug, Clone, serde::Deserialize)]

@@ -515,6 +515,18 @@ impl<'a> TenantApi<'a> {
             format!("/v1/webhook-endpoints/{id}/rotate-secret"),
         )
     }
+
+    /// `signing-secret.rotate`
+    pub fn rotate_signing_secret(&self) -> Call<'a> {
+        self.0
+            .call(Method::POST, "/v1/signing-secret/rotate".to_string())
+    }
+
+    /// `user-token.revoke-all`
+    pub fn revoke_user_tokens(&self, user_id: impl Display) -> Call<'a> {
+        self.0
+            .call(Method::POST, format!("/v1/users/{user_id}/revoke-tokens"))
+    }
 }
 
 /// The end-user API (a user token).

@@ -164,6 +164,52 @@ pub async fn previous_secret(pool: &PgPool, endpoint_id: &str) -> (Option<String
     .expect("previous secret")
 }
 
+/// Look: a tenant's signing secrets as stored (current, previous), which
+/// must be sealed (`tdenc:` envelopes), never the secret itself.
+pub async fn stored_signing_secrets(
+    pool: &PgPool,
+    tenant: &TestTenant,
+) -> (String, Option<String>) {
+    sqlx::query_as(
+        "SELECT signing_secret, previous_signing_secret FROM tenants WHERE id = $1::uuid",
+    )
+    .bind(&tenant.id)
+    .fetch_one(pool)
+    .await
+    .expect("stored signing secrets")
+}
+
+/// Look: a webhook endpoint's secret as stored.
+pub async fn stored_endpoint_secret(pool: &PgPool, endpoint_id: &str) -> String {
+    sqlx::query_scalar("SELECT secret FROM webhook_endpoints WHERE id = $1::uuid")
+        .bind(endpoint_id)
+        .fetch_one(pool)
+        .await
+        .expect("stored endpoint secret")
+}
+
+/// Stage: a tenant's signing secret and an endpoint's secret stored in
+/// plaintext, as every row was before encryption at rest (migration 0010).
+pub async fn stage_plaintext_secrets(
+    pool: &PgPool,
+    tenant: &TestTenant,
+    endpoint_id: &str,
+    webhook_secret: &str,
+) {
+    sqlx::query("UPDATE tenants SET signing_secret = $2 WHERE id = $1::uuid")
+        .bind(&tenant.id)
+        .bind(&tenant.signing_secret)
+        .execute(pool)
+        .await
+        .expect("stage plaintext signing secret");
+    sqlx::query("UPDATE webhook_endpoints SET secret = $2 WHERE id = $1::uuid")
+        .bind(endpoint_id)
+        .bind(webhook_secret)
+        .execute(pool)
+        .await
+        .expect("stage plaintext endpoint secret");
+}
+
 /// Look: whether any stored API key hash contains `fragment` (it must not:
 /// keys are stored only as hashes).
 pub async fn api_key_hashes_containing(pool: &PgPool, fragment: &str) -> i64 {

@@ -16,8 +16,12 @@ fn jwt(secret: &str, claims: Value) -> String {
     .unwrap()
 }
 
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
 fn in_an_hour() -> i64 {
-    chrono::Utc::now().timestamp() + 3600
+    now() + 3600
 }
 
 #[tokio::test]
@@ -72,7 +76,7 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
     let minted = app.user_token(&a, "alice").await;
     let self_signed = jwt(
         &a.signing_secret,
-        json!({"sub": "alice", "tid": a.id, "exp": in_an_hour()}),
+        json!({"sub": "alice", "tid": a.id, "iat": now(), "exp": in_an_hour()}),
     );
     for token in [&minted, &self_signed] {
         // A valid user token on a server-to-server endpoint: 403, not 401.
@@ -88,21 +92,21 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
             "expired",
             jwt(
                 &a.signing_secret,
-                json!({"sub": "alice", "tid": a.id, "exp": 1_000_000}),
+                json!({"sub": "alice", "tid": a.id, "iat": 999_000, "exp": 1_000_000}),
             ),
         ),
         (
             "claims tenant a, signed by b",
             jwt(
                 &b.signing_secret,
-                json!({"sub": "alice", "tid": a.id, "exp": in_an_hour()}),
+                json!({"sub": "alice", "tid": a.id, "iat": now(), "exp": in_an_hour()}),
             ),
         ),
         (
             "unknown tenant",
             jwt(
                 &a.signing_secret,
-                json!({"sub": "alice", "tid": uuid::Uuid::new_v4(), "exp": in_an_hour()}),
+                json!({"sub": "alice", "tid": uuid::Uuid::new_v4(), "iat": now(), "exp": in_an_hour()}),
             ),
         ),
         (

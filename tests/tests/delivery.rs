@@ -306,6 +306,14 @@ async fn a_receiver_that_always_fails_ends_dead_while_a_thousand_others_are_deli
         row.last_error.as_deref().unwrap_or("").contains("500"),
         "{row:?}"
     );
+    // Tenants read last_error: the status, never what the target answered.
+    assert!(
+        !row.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("receiver says no"),
+        "{row:?}"
+    );
     let received = f.receiver.received();
     assert_eq!(records_for(&received, &dead_key).len(), 4);
     let healthy_ids: HashSet<&str> = received
@@ -349,6 +357,12 @@ async fn webhooks_to_loopback_are_refused_unless_allowed() {
             "{error}"
         );
     }
+    // The name's resolved address is ours to know, not the tenant's.
+    let by_name = f.delivery(&name_key).await.last_error.unwrap_or_default();
+    assert!(
+        by_name.contains("localhost") && !by_name.contains("127.0.0.1") && !by_name.contains("::1"),
+        "{by_name}"
+    );
     assert!(
         f.receiver.received().is_empty(),
         "a refused request reached the receiver"
@@ -368,6 +382,10 @@ async fn redirects_are_not_followed() {
     assert!(
         row.last_error.as_deref().unwrap_or("").contains("307"),
         "{row:?}"
+    );
+    assert!(
+        !row.last_error.as_deref().unwrap_or("").contains("/ok"),
+        "the redirect's target is not shown to the tenant: {row:?}"
     );
     let paths: Vec<Value> = f
         .receiver

@@ -3,7 +3,8 @@
 //! after commit, so redelivery, duplicates, replays and a crash between commit
 //! and ack create nothing new. Needs a NATS server with JetStream
 //! (`TIDINGS_TEST_NATS_URL`, default nats://127.0.0.1:4222). Each test uses its
-//! own stream and subject.
+//! own stream and subject pattern, `tidings.test.<id>.*`, whose last token is
+//! the tenant.
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ fn nats_url() -> String {
 struct Bus {
     js: jetstream::Context,
     stream: String,
-    subject: String,
+    /// `tidings.test.<id>`: a tenant's subject is `<prefix>.<tenant id>`.
+    prefix: String,
 }
 
 impl Bus {
@@ -33,20 +35,16 @@ impl Bus {
             .await
             .expect("NATS is running");
         let js = jetstream::new(client);
-        let (stream, subject) = (format!("TIDINGS_TEST_{id}"), format!("tidings.test.{id}"));
+        let (stream, prefix) = (format!("TIDINGS_TEST_{id}"), format!("tidings.test.{id}"));
         js.create_stream(StreamConfig {
             name: stream.clone(),
-            subjects: vec![subject.clone()],
+            subjects: vec![format!("{prefix}.*")],
             duplicate_window: Duration::from_millis(200),
             ..Default::default()
         })
         .await
         .unwrap();
-        Bus {
-            js,
-            stream,
-            subject,
-        }
+        Bus { js, stream, prefix }
     }
 
     /// `serve` consuming this stream with the durable consumer `durable`.
@@ -54,28 +52,26 @@ impl Bus {
         AppOptions::env([
             ("TIDINGS_NATS_URL", nats_url()),
             ("TIDINGS_NATS_STREAM", self.stream.clone()),
-            ("TIDINGS_NATS_SUBJECT", self.subject.clone()),
+            ("TIDINGS_NATS_SUBJECT", format!("{}.*", self.prefix)),
             ("TIDINGS_NATS_DURABLE", durable.into()),
             ("TIDINGS_NATS_ACK_WAIT_SECS", "2".into()),
         ])
     }
 
-    async fn publish(&self, body: &Value, msg_id: Option<&str>) {
+    /// Publishes `body` on `tenant`'s subject.
+    async fn publish(&self, tenant: &str, body: &Value, msg_id: Option<&str>) {
+        let subject = format!("{}.{tenant}", self.prefix);
         let payload = serde_json::to_vec(body).unwrap().into();
         let ack = match msg_id {
             Some(id) => {
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert("Nats-Msg-Id", id);
                 self.js
-                    .publish_with_headers(self.subject.clone(), headers, payload)
+                    .publish_with_headers(subject, headers, payload)
                     .await
                     .unwrap()
             }
-            None => self
-                .js
-                .publish(self.subject.clone(), payload)
-                .await
-                .unwrap(),
+            None => self.js.publish(subject, payload).await.unwrap(),
         };
         ack.await.unwrap();
     }
@@ -109,9 +105,8 @@ impl Bus {
     }
 }
 
-fn alert_message(tenant: &str) -> Value {
+fn alert_message() -> Value {
     json!({
-        "tenant_id": tenant,
         "event_type": "invoice.overdue",
         "entity_id": "inv-7",
         "recipients": ["ann", "bob"],
@@ -129,12 +124,13 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
         .await
         .unwrap();
     let tenant = app.create_tenant().await;
-    let message = alert_message(&tenant.id);
+    let message = alert_message();
 
     // Three copies with one Nats-Msg-Id, spaced past JetStream's duplicate window
     // so that the stream stores all three and only our inbox can tell.
     for _ in 0..3 {
-        bus.publish(&message, Some("billing-run-1")).await;
+        bus.publish(&tenant.id, &message, Some("billing-run-1"))
+            .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let mut stream = bus.js.get_stream(&bus.stream).await.unwrap();
@@ -149,12 +145,16 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
 
     // Poison: recorded with its reason and terminated, not redelivered forever.
-    bus.publish(&json!("not an alert"), None).await;
-    let mut unknown_tenant = alert_message(&uuid::Uuid::now_v7().to_string());
+    // A subject naming no tenant has nobody to file it under: terminated only.
+    bus.publish(&tenant.id, &json!("not an alert"), None).await;
+    let mut unknown_tenant = alert_message();
     unknown_tenant["entity_id"] = json!("inv-8");
-    bus.publish(&unknown_tenant, None).await;
+    bus.publish(&uuid::Uuid::now_v7().to_string(), &unknown_tenant, None)
+        .await;
+    bus.publish("not-a-tenant", &unknown_tenant, None).await;
     bus.wait_all_acked("first").await;
-    wait_for_count(&pool, Rows::RejectedInboxMessages, 2).await;
+    wait_for_count(&pool, Rows::RejectedInboxMessages, 1).await;
+    assert_eq!(count(&pool, Rows::Alerts).await, 1);
 
     // A replay of the whole stream by a new consumer (same message ids: Nats-Msg-Id,
     // or stream:sequence) changes nothing.
@@ -165,7 +165,7 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     bus.wait_all_acked("second").await;
     assert_eq!(count(&pool, Rows::Alerts).await, 1);
     assert_eq!(count(&pool, Rows::Notifications).await, 2);
-    assert_eq!(count(&pool, Rows::InboxMessages).await, 3);
+    assert_eq!(count(&pool, Rows::InboxMessages).await, 2);
     drop(replayer);
     bus.delete().await;
 }
@@ -181,7 +181,7 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
         .push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
     let mut app = TestApp::spawn_on(&db.url, crashy).await.unwrap();
     let tenant = app.create_tenant().await;
-    bus.publish(&alert_message(&tenant.id), None).await;
+    bus.publish(&tenant.id, &alert_message(), None).await;
 
     // The alert commits, then the process aborts before acking.
     wait_for_count(&pool, Rows::InboxMessages, 1).await;
@@ -201,5 +201,40 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
     assert_eq!(count(&pool, Rows::Deliveries).await, 2);
     assert_eq!(count(&pool, Rows::InboxMessages).await, 1);
     drop(restarted);
+    bus.delete().await;
+}
+
+#[tokio::test]
+async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let app = TestApp::spawn_on(&db.url, bus.app_options("tenants"))
+        .await
+        .unwrap();
+    let (a, b) = (app.create_tenant().await, app.create_tenant().await);
+
+    // A publisher on a's subject cannot act as b by naming b in the body.
+    let mut claims_b = alert_message();
+    claims_b["tenant_id"] = json!(b.id);
+    bus.publish(&a.id, &claims_b, Some("forged")).await;
+    bus.wait_all_acked("tenants").await;
+    wait_for_count(&pool, Rows::RejectedInboxMessages, 1).await;
+    assert_eq!(count(&pool, Rows::Alerts).await, 0);
+
+    // The same message id from two tenants is two messages: a cannot
+    // pre-claim b's ids.
+    bus.publish(&a.id, &alert_message(), Some("run-1")).await;
+    // Past JetStream's own (stream-wide) duplicate window, so only our inbox
+    // decides.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    bus.publish(&b.id, &alert_message(), Some("run-1")).await;
+    bus.wait_all_acked("tenants").await;
+    wait_for_count(&pool, Rows::Alerts, 2).await;
+    for tenant in [&a, &b] {
+        let alerts = app.tenant(tenant).list_deliveries("").expect(200).await;
+        assert_eq!(alerts["data"].as_array().map(Vec::len), Some(2), "{alerts}");
+    }
+    drop(app);
     bus.delete().await;
 }

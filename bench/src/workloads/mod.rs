@@ -177,12 +177,16 @@ pub fn user_token(tenant: i64, user_id: &str) -> anyhow::Result<String> {
     struct Claims<'a> {
         sub: &'a str,
         tid: String,
+        iat: i64,
         exp: i64,
     }
+    // The server caps a token's lifetime (exp - iat) at 24 h by default.
+    let now = chrono::Utc::now().timestamp();
     let claims = Claims {
         sub: user_id,
         tid: crate::seed::tenant_uuid(tenant).to_string(),
-        exp: chrono::Utc::now().timestamp() + 24 * 3600,
+        iat: now,
+        exp: now + 24 * 3600,
     };
     Ok(jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),

@@ -106,6 +106,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/signing-secret/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the tenant's signing secret. The new one signs from now on (with
+         *     its `kid`); the old one keeps verifying tokens for the configured
+         *     overlap (`TIDINGS_SIGNING_ROTATION_OVERLAP_SECS`, default 24 h). A
+         *     secret still in an earlier overlap stops verifying now.
+         */
+        post: operations["signing-secret.rotate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user_id}/revoke-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke every token of a user issued until now (e.g. on logout
+         *     everywhere, a password change, or a stolen device). Tokens issued later
+         *     work; every instance refuses the old ones within 5 seconds.
+         */
+        post: operations["user-token.revoke-all"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/teams/{team_id}/members/{user_id}": {
         parameters: {
             query?: never;
@@ -923,6 +966,19 @@ export interface components {
              */
             primary_after_standby_error: number;
         };
+        /** SigningSecretOut */
+        SigningSecretOut: {
+            /**
+             * @description The new HS256 secret for user tokens (shown once). Put `key_id` in the
+             *     header's `kid` of tokens signed with it.
+             */
+            signing_secret: string;
+            key_id: string;
+            /** @description The secret it replaces keeps verifying tokens until `previous_expires_at`. */
+            previous_key_id: string | null;
+            /** Format: date-time */
+            previous_expires_at: string | null;
+        };
         /**
          * StandbyOut
          * @description One hot standby as this server sees it.
@@ -965,6 +1021,16 @@ export interface components {
             /** @description A display name, 1–255 bytes. */
             name: string;
         };
+        /** TokensRevokedOut */
+        TokensRevokedOut: {
+            user_id: string;
+            /**
+             * Format: date-time
+             * @description Tokens of this user issued (`iat`) before this instant (rounded up to a
+             *     whole second) are refused from now on.
+             */
+            not_before: string;
+        };
         /** UserIn */
         UserIn: {
             /** @description Where email alerts go. Without one, email alerts to this user are `skipped`. */
@@ -987,13 +1053,17 @@ export interface components {
             user_id: string;
             /**
              * Format: uint32
-             * @description Lifetime in seconds, 1–86400 (default 3600).
+             * @description Lifetime in seconds, from 1 to the server's cap
+             *     (`TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS`, default 86400); default 3600.
              */
             ttl_seconds?: number | null;
         };
         /** UserTokenOut */
         UserTokenOut: {
-            /** @description HS256 JWT with claims `sub`, `tid`, `exp`. */
+            /**
+             * @description HS256 JWT with claims `sub`, `tid`, `iat`, `exp`; header `kid` names the
+             *     signing secret.
+             */
             token: string;
             user_id: string;
             /** Format: date-time */
@@ -1486,6 +1556,222 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UserTokenOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable; retry later. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "signing-secret.rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Created: a `SigningSecretOut`. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SigningSecretOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable; retry later. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "user-token.revoke-all": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TokensRevokedOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokensRevokedOut"];
                 };
             };
             /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */

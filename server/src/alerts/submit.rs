@@ -392,8 +392,9 @@ pub enum Handled {
 }
 
 /// The NATS inbox (ARCHITECTURE.md, invariant 8): ONE transaction records the
-/// message id and creates the alert; a message id seen before changes nothing.
-/// A message for a tenant that does not exist is rejected.
+/// (tenant, message id) and creates the alert; a message id the tenant sent
+/// before changes nothing. A message for a tenant that does not exist is
+/// rejected (logged only: there is no tenant to record it under).
 pub async fn submit_from_inbox(
     pool: &PgPool,
     thresholds: &FanoutThresholds,
@@ -402,19 +403,11 @@ pub async fn submit_from_inbox(
     alert: &AlertRequest,
 ) -> sqlx::Result<Handled> {
     if !tenant_store::tenant_exists(pool, tenant).await? {
-        let reason = format!("unknown tenant {tenant}");
-        return reject_inbox_message(pool, message_id, &reason).await;
+        tracing::warn!(%message_id, %tenant, "rejecting a message for an unknown tenant");
+        return Ok(Handled::Rejected);
     }
     let mut tx = pool.begin().await?;
-    if !inbox::insert_message(
-        &mut *tx,
-        message_id,
-        Some(tenant),
-        InboxOutcome::Created,
-        None,
-    )
-    .await?
-    {
+    if !inbox::insert_message(&mut *tx, tenant, message_id, InboxOutcome::Created, None).await? {
         return Ok(Handled::AlreadySeen);
     }
     let created = create_alert(&mut tx, tenant, alert, thresholds).await?;
@@ -423,20 +416,31 @@ pub async fn submit_from_inbox(
     } else {
         InboxOutcome::Created
     };
-    inbox::set_message_alert(&mut *tx, message_id, created.alert_id, outcome).await?;
+    inbox::set_message_alert(&mut *tx, tenant, message_id, created.alert_id, outcome).await?;
     tx.commit().await?;
     tracing::info!(%message_id, alert_id = %created.alert_id, outcome = outcome.as_str(), "inbox message processed");
     Ok(Handled::Created)
 }
 
-/// Records a message that can never become an alert (not JSON, invalid,
-/// unknown tenant), so an operator can find it.
+/// Records a message that can never become an alert (not JSON, invalid), so
+/// an operator can find it. A tenant that does not exist (the row's foreign
+/// key) is only logged.
 pub async fn reject_inbox_message(
     pool: &PgPool,
+    tenant: Uuid,
     message_id: &str,
     reason: &str,
 ) -> sqlx::Result<Handled> {
-    tracing::warn!(%message_id, reason, "rejecting poison message");
-    inbox::insert_message(pool, message_id, None, InboxOutcome::Rejected, Some(reason)).await?;
+    tracing::warn!(%message_id, %tenant, reason, "rejecting poison message");
+    if tenant_store::tenant_exists(pool, tenant).await? {
+        inbox::insert_message(
+            pool,
+            tenant,
+            message_id,
+            InboxOutcome::Rejected,
+            Some(reason),
+        )
+        .await?;
+    }
     Ok(Handled::Rejected)
 }

@@ -74,7 +74,7 @@ impl AdminApi {
         _auth: AdminAuth,
         body: Json<TenantIn>,
     ) -> ApiResult<TenantCreated> {
-        let t = tenants::create_tenant(&self.state.pool, &body.name)
+        let t = tenants::create_tenant(&self.state.pool, &self.state.secrets, &body.name)
             .await
             .map_err(tenant_problem)?;
         Ok(TenantCreated::Created(Json(TenantCreatedOut {

@@ -493,7 +493,7 @@ mod limits {
 
     use super::Json;
     use crate::{
-        api::{user_tokens::MAX_TTL_SECONDS, users, webhook_endpoints},
+        api::{users, webhook_endpoints},
         deliveries, feed, idempotency, teams,
     };
     use tidings_core::MAX_ID_BYTES;
@@ -534,7 +534,8 @@ mod limits {
             (
                 "UserTokenIn",
                 "ttl_seconds",
-                json!({"minimum": 1, "maximum": MAX_TTL_SECONDS}),
+                // The maximum is a setting (TIDINGS_USER_TOKEN_MAX_LIFETIME_SECS).
+                json!({"minimum": 1}),
             ),
             (
                 "UserIn",

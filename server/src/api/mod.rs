@@ -10,6 +10,7 @@ pub mod events;
 pub mod feed;
 pub mod health;
 pub mod inbox_page;
+mod input_guard;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -161,6 +162,7 @@ pub fn routes(state: &AppState) -> impl Endpoint {
             poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
         )
         .nest("/", api)
+        .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })

@@ -11,6 +11,7 @@ use super::ApiTags;
 use crate::{
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
+    secrets::Purpose,
     state::AppState,
     store::webhook_endpoints::{self as store, EndpointRow},
 };
@@ -74,8 +75,8 @@ impl From<EndpointRow> for WebhookEndpointOut {
     }
 }
 
-fn with_secret(row: EndpointRow) -> WebhookEndpointWithSecret {
-    let secret = row.secret.clone();
+/// The row (whose secret is stored sealed) with the secret as issued.
+fn with_secret(row: EndpointRow, secret: String) -> WebhookEndpointWithSecret {
     WebhookEndpointWithSecret {
         endpoint: row.into(),
         secret,
@@ -181,6 +182,7 @@ impl WebhookEndpointsApi {
                 )));
             }
         }
+        let secret = new_secret();
         let row = store::insert_endpoint(
             &self.state.pool,
             auth.0.tenant_id,
@@ -188,10 +190,10 @@ impl WebhookEndpointsApi {
             url.as_str(),
             body.description.as_deref(),
             event_types.as_deref(),
-            &new_secret(),
+            &self.state.secrets.seal(Purpose::WebhookSecret, &secret),
         )
         .await?;
-        Ok(EndpointCreated::Created(Json(with_secret(row))))
+        Ok(EndpointCreated::Created(Json(with_secret(row, secret))))
     }
 
     /// The tenant's webhook endpoints (without secrets).
@@ -244,16 +246,17 @@ impl WebhookEndpointsApi {
     )]
     async fn rotate_secret(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointRotated> {
         let grace = self.state.settings.alerts.webhook_rotation_grace();
+        let secret = new_secret();
         let row = store::rotate_endpoint_secret(
             &self.state.pool,
             auth.0.tenant_id,
             *id,
-            &new_secret(),
+            &self.state.secrets.seal(Purpose::WebhookSecret, &secret),
             grace,
         )
         .await?
         .ok_or_else(not_found)?;
-        Ok(EndpointRotated::Rotated(Json(with_secret(row))))
+        Ok(EndpointRotated::Rotated(Json(with_secret(row, secret))))
     }
 }
 

@@ -13,6 +13,18 @@ use lettre::{
 use super::{error_chain, Outcome};
 use crate::store::outbox::ClaimedDelivery;
 
+/// `text` without any occurrence of `url` or of its password.
+fn redact_text(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &crate::config::redact_url(url));
+    if let Some(password) = url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.password().map(str::to_owned))
+    {
+        out = out.replace(&password, "…");
+    }
+    out
+}
+
 pub struct EmailSender {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
@@ -24,7 +36,14 @@ impl EmailSender {
     /// smtps://user:pass@host (TLS), as lettre reads them.
     pub fn new(url: &str, from: &str, timeout: Duration) -> anyhow::Result<Self> {
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-            .with_context(|| format!("TIDINGS_SMTP_URL {url:?} is not a usable SMTP URL"))?
+            // lettre's error may quote the URL: it is replaced, not wrapped.
+            .map_err(|err| {
+                anyhow::anyhow!(
+                    "TIDINGS_SMTP_URL {:?} is not a usable SMTP URL: {}",
+                    crate::config::redact_url(url),
+                    redact_text(&err.to_string(), url)
+                )
+            })?
             .timeout(Some(timeout))
             .build();
         let from: Mailbox = from

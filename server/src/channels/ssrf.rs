@@ -21,9 +21,14 @@ pub enum AddressClass {
     Public,
     Loopback,
     Private,
-    /// Link-local, unspecified, multicast, broadcast, documentation, reserved:
-    /// never a legitimate webhook receiver.
+    /// Link-local, unspecified, multicast, broadcast, documentation, reserved,
+    /// and IPv6 transition prefixes whose IPv4 target cannot be read from the
+    /// address: never a legitimate webhook receiver.
     Special,
+    /// A cloud provider's instance metadata or control service: credentials
+    /// live there. Refused by every policy but `all`, even `private`, although
+    /// some of them sit in private ranges (fd00:ec2::254, 100.100.100.200).
+    Metadata,
 }
 
 impl AddressClass {
@@ -33,11 +38,40 @@ impl AddressClass {
             IpAddr::V6(v6) => classify_v6(v6),
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            AddressClass::Public => "public",
+            AddressClass::Loopback => "loopback",
+            AddressClass::Private => "private",
+            AddressClass::Special => "link-local/reserved",
+            AddressClass::Metadata => "cloud metadata",
+        }
+    }
 }
+
+/// Instance metadata and control services of the common clouds. Most are
+/// link-local (and so `Special` anyway); they are listed so that every
+/// spelling (IPv4-mapped, NAT64, 6to4) lands in the same class.
+const METADATA_V4: [Ipv4Addr; 6] = [
+    Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle
+    Ipv4Addr::new(169, 254, 170, 2),   // AWS ECS task metadata
+    Ipv4Addr::new(169, 254, 169, 123), // AWS time sync
+    Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud (in CGNAT space)
+    Ipv4Addr::new(168, 63, 129, 16),   // Azure WireServer (a public address)
+    Ipv4Addr::new(192, 0, 0, 192),     // Oracle Cloud (legacy)
+];
+const METADATA_V6: [Ipv6Addr; 3] = [
+    Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254), // AWS IMDS over IPv6
+    Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0023), // AWS DNS/NTP over IPv6
+    Ipv6Addr::new(0xfd20, 0x0ce, 0, 0, 0, 0, 0, 0x0254),  // GCP metadata over IPv6
+];
 
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let [a, b, c, _] = ip.octets();
-    if ip.is_loopback() {
+    if METADATA_V4.contains(&ip) {
+        AddressClass::Metadata
+    } else if ip.is_loopback() {
         AddressClass::Loopback
     } else if ip.is_private() || (a == 100 && (64..128).contains(&b)) {
         AddressClass::Private
@@ -57,16 +91,42 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     }
 }
 
+fn v4_from(high: u16, low: u16) -> Ipv4Addr {
+    let [a, b] = high.to_be_bytes();
+    let [c, d] = low.to_be_bytes();
+    Ipv4Addr::new(a, b, c, d)
+}
+
 fn classify_v6(ip: Ipv6Addr) -> AddressClass {
-    // IPv4-mapped (::ffff:a.b.c.d) and NAT64 (64:ff9b::a.b.c.d) reach the IPv4 address.
+    if METADATA_V6.contains(&ip) {
+        return AddressClass::Metadata;
+    }
+    let seg = ip.segments();
+    // Prefixes that carry an IPv4 address reach that address (through a
+    // translator or relay), so they are classed by it:
+    // - IPv4-mapped ::ffff:a.b.c.d;
     if let Some(v4) = ip.to_ipv4_mapped() {
         return classify_v4(v4);
     }
-    let seg = ip.segments();
-    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
-        let [a, b] = seg[6].to_be_bytes();
-        let [c, d] = seg[7].to_be_bytes();
-        return classify_v4(Ipv4Addr::new(a, b, c, d));
+    // - SIIT's IPv4-translated ::ffff:0:a.b.c.d (RFC 6052/7915);
+    // - NAT64's well-known prefix 64:ff9b::a.b.c.d (RFC 6052);
+    if seg[0..6] == [0, 0, 0, 0, 0xffff, 0] || seg[0..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return classify_v4(v4_from(seg[6], seg[7]));
+    }
+    // - 6to4 2002:a.b.c.d::/48 (RFC 3056): the relay forwards to a.b.c.d.
+    if seg[0] == 0x2002 {
+        return classify_v4(v4_from(seg[1], seg[2]));
+    }
+    // Refused, because the IPv4 target cannot be read reliably from the
+    // address: NAT64's local-use prefix 64:ff9b:1::/48 (RFC 8215; where the
+    // IPv4 sits depends on the operator's prefix length), Teredo 2001::/32
+    // (RFC 4380; the client address is obfuscated and the server is a relay),
+    // and the discard-only prefix 100::/64 (RFC 6666).
+    if (seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1)
+        || (seg[0] == 0x2001 && seg[1] == 0)
+        || seg[0..4] == [0x100, 0, 0, 0]
+    {
+        return AddressClass::Special;
     }
     if ip.is_loopback() {
         AddressClass::Loopback
@@ -92,7 +152,7 @@ impl AllowPrivate {
             AddressClass::Public => true,
             AddressClass::Loopback => self >= AllowPrivate::Loopback,
             AddressClass::Private => self >= AllowPrivate::Private,
-            AddressClass::Special => self == AllowPrivate::All,
+            AddressClass::Special | AddressClass::Metadata => self == AllowPrivate::All,
         }
     }
 }
@@ -102,7 +162,11 @@ impl AllowPrivate {
 pub enum Refused {
     #[error("webhook URL is not a valid http(s) URL: {0}")]
     BadUrl(String),
-    #[error("webhook URL {host} resolves to {ip}, a {class} address, which is not allowed (TIDINGS_WEBHOOK_ALLOW_PRIVATE)")]
+    /// The message names the host (the tenant's own) and the class, never
+    /// the resolved address: it is shown to the tenant (`last_error`), and
+    /// which addresses our resolver sees is our network's business. The
+    /// address is kept in `ip` for the operator's log.
+    #[error("webhook URL host {host} resolves to a {class} address, which is not allowed (TIDINGS_WEBHOOK_ALLOW_PRIVATE)")]
     Address {
         host: String,
         ip: IpAddr,
@@ -111,12 +175,7 @@ pub enum Refused {
 }
 
 fn class_name(ip: IpAddr) -> &'static str {
-    match AddressClass::of(ip) {
-        AddressClass::Public => "public",
-        AddressClass::Loopback => "loopback",
-        AddressClass::Private => "private",
-        AddressClass::Special => "link-local/reserved",
-    }
+    AddressClass::of(ip).name()
 }
 
 /// Checks what can be checked without DNS: scheme, host, and IP-literal hosts.
@@ -215,7 +274,9 @@ mod tests {
             ("100.64.0.1", AddressClass::Private),
             ("fd12::1", AddressClass::Private),
             ("64:ff9b::10.0.0.1", AddressClass::Private),
-            ("169.254.169.254", AddressClass::Special),
+            ("64:ff9b::8.8.8.8", AddressClass::Public),
+            ("169.254.169.254", AddressClass::Metadata),
+            ("169.254.1.1", AddressClass::Special),
             ("fe80::1", AddressClass::Special),
             ("0.0.0.0", AddressClass::Special),
             ("::", AddressClass::Special),
@@ -226,6 +287,85 @@ mod tests {
         ] {
             assert_eq!(AddressClass::of(ip(addr)), class, "{addr}");
         }
+    }
+
+    #[test]
+    fn transition_prefixes_are_classed_by_their_ipv4_or_refused() {
+        for (addr, class) in [
+            // SIIT ::ffff:0:0/96
+            ("::ffff:0:127.0.0.1", AddressClass::Loopback),
+            ("::ffff:0:10.0.0.1", AddressClass::Private),
+            ("::ffff:0:8.8.8.8", AddressClass::Public),
+            // NAT64 64:ff9b::/96
+            ("64:ff9b::127.0.0.1", AddressClass::Loopback),
+            ("64:ff9b::169.254.169.254", AddressClass::Metadata),
+            // 6to4 2002::/16: 2002:7f00:1:: is 127.0.0.1's
+            ("2002:7f00:1::1", AddressClass::Loopback),
+            ("2002:a00:1::", AddressClass::Private),
+            ("2002:a9fe:a9fe::1", AddressClass::Metadata),
+            ("2002:808:808::1", AddressClass::Public),
+            // refused outright
+            ("64:ff9b:1::7f00:1", AddressClass::Special),
+            ("64:ff9b:1:ffff::", AddressClass::Special),
+            (
+                "2001:0:4136:e378:8000:63bf:80ff:fffe",
+                AddressClass::Special,
+            ),
+            ("2001::1", AddressClass::Special),
+            ("100::1", AddressClass::Special),
+            ("100::ffff:ffff:ffff:ffff", AddressClass::Special),
+        ] {
+            assert_eq!(AddressClass::of(ip(addr)), class, "{addr}");
+        }
+    }
+
+    #[test]
+    fn metadata_addresses_are_refused_by_every_policy_but_all() {
+        for addr in [
+            "169.254.169.254",
+            "::ffff:169.254.169.254",
+            "100.100.100.200",
+            "64:ff9b::100.100.100.200",
+            "fd00:ec2::254",
+            "fd20:ce::254",
+            "168.63.129.16",
+            "169.254.170.2",
+        ] {
+            assert_eq!(AddressClass::of(ip(addr)), AddressClass::Metadata, "{addr}");
+            for policy in [
+                AllowPrivate::None,
+                AllowPrivate::Loopback,
+                AllowPrivate::Private,
+            ] {
+                assert!(!policy.permits(ip(addr)), "{policy:?} permits {addr}");
+            }
+            assert!(AllowPrivate::All.permits(ip(addr)), "{addr}");
+        }
+        // Neighbours of metadata addresses keep their ordinary class.
+        assert!(AllowPrivate::Private.permits(ip("100.100.100.201")));
+        assert!(AllowPrivate::Private.permits(ip("fd00:ec2::1")));
+    }
+
+    #[test]
+    fn a_refusal_names_the_host_and_class_but_not_the_resolved_address() {
+        let refused = check_url("http://[::ffff:127.0.0.1]:9/x", AllowPrivate::None)
+            .expect_err("loopback is refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains("loopback") && text.contains("not allowed"),
+            "{text}"
+        );
+        let Refused::Address { ip: kept, .. } = refused else {
+            panic!("an address refusal")
+        };
+        assert_eq!(kept, ip("::ffff:127.0.0.1"));
+        let by_name = Refused::Address {
+            host: "hooks.example".into(),
+            ip: ip("10.1.2.3"),
+            class: "private",
+        }
+        .to_string();
+        assert!(!by_name.contains("10.1.2.3"), "{by_name}");
     }
 
     #[test]

@@ -23,7 +23,9 @@ use super::{
 };
 use crate::store::outbox::ClaimedDelivery;
 
-/// At most this much of a failed response's body goes into last_error.
+/// At most this much of a failed response's body goes into the operator's
+/// log. None of it goes into `last_error`, which the tenant reads: what a
+/// URL answered is exactly what an SSRF probe wants to see.
 const RESPONSE_SNIPPET_BYTES: usize = 2048;
 
 /// Secrets are `whsec_` + base64; tolerate missing padding as the reference
@@ -87,7 +89,7 @@ impl WebhookSender {
         };
         let url = match check_url(url, self.policy) {
             Ok(url) => url,
-            Err(refused) => return Outcome::permanent(refused.to_string()),
+            Err(refused) => return refusal(delivery, refused),
         };
         let body = Body {
             event_type,
@@ -128,18 +130,45 @@ impl WebhookSender {
             .header("webhook-signature", signatures.join(" "))
             .body(body);
         match request.send().await {
-            Ok(response) => judge_response(response).await,
+            Ok(response) => judge_response(delivery, response).await,
             Err(err) => match find_refused(&err) {
-                Some(refused) => Outcome::permanent(refused.to_string()),
+                Some(refused) => refusal(delivery, refused),
                 None => {
-                    Outcome::transient(format!("webhook request failed: {}", error_chain(&err)))
+                    // The tenant learns the kind of failure; the chain (which
+                    // may name resolved addresses) goes to the operator's log.
+                    let public = if err.is_timeout() {
+                        "webhook request timed out"
+                    } else if err.is_connect() {
+                        "could not connect to the webhook URL"
+                    } else {
+                        "webhook request failed"
+                    };
+                    tracing::warn!(
+                        delivery_id = delivery.id, tenant_id = %delivery.tenant_id,
+                        error = %error_chain(&err), "webhook request failed"
+                    );
+                    Outcome::transient(public)
                 }
             },
         }
     }
 }
 
-async fn judge_response(mut response: reqwest::Response) -> Outcome {
+/// `last_error` names the host and the class of address; the log adds the
+/// address itself.
+fn refusal(delivery: &ClaimedDelivery, refused: Refused) -> Outcome {
+    if let Refused::Address { ip, .. } = &refused {
+        tracing::warn!(
+            delivery_id = delivery.id, tenant_id = %delivery.tenant_id, %ip,
+            "webhook refused by the address guard"
+        );
+    }
+    Outcome::permanent(refused.to_string())
+}
+
+/// `last_error` gets the status only; the location of a redirect and the
+/// start of the body go to the operator's log.
+async fn judge_response(delivery: &ClaimedDelivery, mut response: reqwest::Response) -> Outcome {
     let status = response.status();
     if status.is_success() {
         return Outcome::Sent;
@@ -151,9 +180,11 @@ async fn judge_response(mut response: reqwest::Response) -> Outcome {
             .and_then(|l| l.to_str().ok())
             .unwrap_or("(no location)")
             .to_owned();
-        return Outcome::transient(format!(
-            "HTTP {status}: redirect to {location} not followed"
-        ));
+        tracing::warn!(
+            delivery_id = delivery.id, tenant_id = %delivery.tenant_id, %status, %location,
+            "webhook answered with a redirect; not followed"
+        );
+        return Outcome::transient(format!("HTTP {status}: redirect not followed"));
     }
     let mut snippet = Vec::new();
     while snippet.len() < RESPONSE_SNIPPET_BYTES {
@@ -163,8 +194,12 @@ async fn judge_response(mut response: reqwest::Response) -> Outcome {
         }
     }
     snippet.truncate(RESPONSE_SNIPPET_BYTES);
-    let text = String::from_utf8_lossy(&snippet);
-    Outcome::transient(format!("HTTP {status}: {}", text.trim()))
+    tracing::warn!(
+        delivery_id = delivery.id, tenant_id = %delivery.tenant_id, %status,
+        body = %String::from_utf8_lossy(&snippet).trim(),
+        "webhook answered with an error"
+    );
+    Outcome::transient(format!("HTTP {status}"))
 }
 
 /// The resolver's refusal, if that is why the request failed.

@@ -28,6 +28,7 @@ use sqlx::PgPool;
 use tidings_core::NextAttempt;
 use tokio::{sync::watch, task::JoinHandle};
 
+use crate::secrets::{Purpose, SecretError, SecretKeys};
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
     backoff::Backoff,
@@ -100,6 +101,7 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             config: config.clone(),
             channels: channels.clone(),
             claimable: channels.claimable(),
+            secrets: state.secrets.clone(),
         };
         let (wake, shutdown) = (wake_rx.clone(), shutdown.clone());
         handles.push(tokio::spawn(async move {
@@ -122,6 +124,8 @@ struct Worker {
     pool: PgPool,
     config: OutboxConfig,
     channels: Arc<Channels>,
+    /// Opens endpoint secrets, which are stored sealed (`crate::secrets`).
+    secrets: Arc<SecretKeys>,
     claimable: Vec<tidings_core::Channel>,
 }
 
@@ -179,7 +183,7 @@ impl Worker {
     ) -> Vec<CompletedDelivery> {
         let deadline = self.config.start_deadline(claimed_at);
         futures::stream::iter(batch)
-            .map(|delivery| async move {
+            .map(|mut delivery| async move {
                 let completion = if shutdown.is_requested() || Instant::now() >= deadline {
                     Completion::Release
                 } else if delivery.attempts > self.config.retry.max_attempts as i32 {
@@ -192,7 +196,17 @@ impl Worker {
                         ),
                     }
                 } else {
-                    let outcome = self.channels.deliver(&delivery).await;
+                    let outcome = match self.open_secrets(&mut delivery) {
+                        Ok(()) => self.channels.deliver(&delivery).await,
+                        // The key may yet be supplied (TIDINGS_SECRET_KEY):
+                        // retried, not dead at once.
+                        Err(err) => {
+                            tracing::error!(delivery = delivery.id, error = %err, "cannot open the endpoint's secret");
+                            Outcome::transient(
+                                "the endpoint's secret cannot be opened on this worker",
+                            )
+                        }
+                    };
                     self.completion_of(&delivery, outcome)
                 };
                 if let Completion::Dead { error } = &completion {
@@ -208,6 +222,20 @@ impl Worker {
             .buffer_unordered(self.config.concurrency)
             .collect()
             .await
+    }
+
+    /// The endpoint's secrets as the sender needs them: opened.
+    fn open_secrets(&self, delivery: &mut ClaimedDelivery) -> Result<(), SecretError> {
+        for stored in [
+            &mut delivery.endpoint_secret,
+            &mut delivery.endpoint_previous_secret,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *stored = self.secrets.open(Purpose::WebhookSecret, stored)?;
+        }
+        Ok(())
     }
 
     fn completion_of(&self, delivery: &ClaimedDelivery, outcome: Outcome) -> Completion {
@@ -305,6 +333,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
     )
     .await?;
     crate::db::migrate(&pool).await?;
+    let secrets = crate::tenants::open_secret_keys(&pool, &args.database).await?;
     let listen_pool = crate::db::listen_pool(&args.database, &pool)?;
     let state = AppState::new(
         pool,
@@ -312,6 +341,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
             outbox,
             ..Default::default()
         },
+        secrets,
     )
     .with_listen_pool(listen_pool);
     let (trigger, shutdown) = crate::shutdown::channel();

@@ -24,22 +24,23 @@ impl InboxOutcome {
     }
 }
 
-/// Records a message id in the caller's transaction. False when it was already
-/// recorded: a redelivery or replay, which must change nothing. A concurrent
-/// consumer of the same id blocks here until the first one commits or rolls back.
+/// Records (tenant, message id) in the caller's transaction. False when it
+/// was already recorded: a redelivery or replay, which must change nothing. A
+/// concurrent consumer of the same id blocks here until the first one commits
+/// or rolls back.
 pub async fn insert_message(
     db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
     message_id: &str,
-    tenant: Option<Uuid>,
     outcome: InboxOutcome,
     error: Option<&str>,
 ) -> sqlx::Result<bool> {
     let inserted: Option<i32> = sqlx::query_scalar(
-        "INSERT INTO inbox_messages (message_id, tenant_id, outcome, error) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (message_id) DO NOTHING RETURNING 1",
+        "INSERT INTO inbox_messages (tenant_id, message_id, outcome, error) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant_id, message_id) DO NOTHING RETURNING 1",
     )
-    .bind(message_id)
     .bind(tenant)
+    .bind(message_id)
     .bind(outcome.as_str())
     .bind(error)
     .fetch_optional(db)
@@ -49,15 +50,20 @@ pub async fn insert_message(
 
 pub async fn set_message_alert(
     db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
     message_id: &str,
     alert_id: Uuid,
     outcome: InboxOutcome,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE inbox_messages SET alert_id = $2, outcome = $3 WHERE message_id = $1")
-        .bind(message_id)
-        .bind(alert_id)
-        .bind(outcome.as_str())
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE inbox_messages SET alert_id = $3, outcome = $4
+         WHERE tenant_id = $1 AND message_id = $2",
+    )
+    .bind(tenant)
+    .bind(message_id)
+    .bind(alert_id)
+    .bind(outcome.as_str())
+    .execute(db)
+    .await?;
     Ok(())
 }

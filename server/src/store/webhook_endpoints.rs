@@ -120,3 +120,40 @@ pub async fn list_subscribed_endpoint_ids(
     .fetch_all(db)
     .await
 }
+
+/// Every endpoint's stored secrets, for sealing at start-up.
+pub async fn list_endpoint_secrets(
+    db: impl sqlx::PgExecutor<'_>,
+) -> sqlx::Result<Vec<(Uuid, Uuid, String, Option<String>)>> {
+    sqlx::query_as(
+        "SELECT tenant_id, id, secret, previous_secret FROM webhook_endpoints
+         ORDER BY tenant_id, id",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Replaces an endpoint's stored secrets if they are still `old` (a
+/// concurrent rotation, or another instance sealing the same row, wins).
+pub async fn replace_endpoint_secrets(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    id: Uuid,
+    old: (&str, Option<&str>),
+    new: (&str, Option<&str>),
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE webhook_endpoints SET secret = $5, previous_secret = $6
+          WHERE tenant_id = $1 AND id = $2 AND secret = $3
+            AND previous_secret IS NOT DISTINCT FROM $4",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(old.0)
+    .bind(old.1)
+    .bind(new.0)
+    .bind(new.1)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
