@@ -57,6 +57,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             alerts: args.alerts.clone(),
             ops: args.ops.clone(),
             retention: args.retention.clone(),
+            inbox_page: args.inbox_page,
             auth: args.auth.clone(),
         },
         secrets,

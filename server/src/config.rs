@@ -20,6 +20,7 @@ pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
+    pub const INBOX_PAGE: bool = true;
 
     pub const REPLICA_WAIT_MS: u64 = 50;
     pub const REPLICA_MAX_LAG_MS: u64 = 2_000;
@@ -181,6 +182,10 @@ pub struct ServeArgs {
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
+    /// Serve the inbox page (bell, feed, marks, live updates) at /inbox/. It is
+    /// static code that calls the API with a user token; `false` removes the route.
+    #[arg(long, env = "TIDINGS_INBOX_PAGE", default_value_t = defaults::INBOX_PAGE, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub inbox_page: bool,
     #[command(flatten)]
     pub worker: WorkerArgs,
     #[command(flatten)]
@@ -730,6 +735,8 @@ pub struct Settings {
     /// Metrics and readiness.
     pub ops: OpsConfig,
     pub retention: RetentionConfig,
+    /// Whether `/inbox/` serves the inbox page.
+    pub inbox_page: bool,
     /// User-token checks.
     pub auth: AuthConfig,
 }
@@ -743,6 +750,7 @@ impl Default for Settings {
             alerts: AlertsConfig::default(),
             ops: OpsConfig::default(),
             retention: RetentionConfig::default(),
+            inbox_page: defaults::INBOX_PAGE,
             auth: AuthConfig::default(),
         }
     }

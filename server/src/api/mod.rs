@@ -5,12 +5,13 @@ pub mod admin;
 pub mod alerts;
 mod body_limit;
 pub mod deliveries;
+mod document;
 pub mod events;
 pub mod feed;
 pub mod health;
+pub mod inbox_page;
 mod input_guard;
 pub mod metrics;
-mod nullable;
 mod observe;
 pub mod teams;
 pub mod user_tokens;
@@ -126,23 +127,29 @@ pub fn service(state: &AppState) -> OpenApiService<impl poem_openapi::OpenApi, (
              transactional alerts that are never sent twice. Errors are RFC 9457 problem \
              documents (`application/problem+json`).",
         )
-        .license(poem_openapi::LicenseObject::new("Apache-2.0"))
+        .license(
+            poem_openapi::LicenseObject::new("Apache-2.0")
+                .url("https://www.apache.org/licenses/LICENSE-2.0"),
+        )
 }
 
 /// The OpenAPI document, exactly as `tidings openapi` prints and `/openapi.json` serves.
 pub fn openapi_json() -> String {
     let spec = service(&AppState::offline()).spec();
-    let mut json = nullable::make_optional_properties_nullable(&spec)
-        .expect("poem-openapi generates valid JSON");
+    let mut json = document::publish(&spec).expect("poem-openapi generates valid JSON");
     json.push('\n');
     json
 }
 
 pub fn routes(state: &AppState) -> impl Endpoint {
     let api = service(state);
-    let docs = api.swagger_ui();
     let spec = openapi_json();
+    // Swagger UI with the published document in place of poem's own.
+    let docs = api.swagger_ui_html().replace(&api.spec(), &spec);
     let mut route = Route::new();
+    if state.settings.inbox_page {
+        route = route.nest("/inbox", inbox_page::routes());
+    }
     if state.settings.ops.metrics_listen.is_none() {
         route = route.at(metrics::PATH, poem::get(metrics::metrics));
     }
@@ -155,7 +162,10 @@ pub fn routes(state: &AppState) -> impl Endpoint {
                     .body(spec.clone())
             }),
         )
-        .nest("/docs", docs)
+        .at(
+            "/docs",
+            poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
+        )
         .nest("/", api)
         .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
