@@ -4,10 +4,8 @@
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
 -- source-fn: tidings_server::store::feed::counts_sql()
 WITH 
-horizon AS MATERIALIZED (
-    SELECT CASE WHEN pg_is_in_recovery()
-                THEN least($7::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint)
-                ELSE $7::bigint END AS tx
+snap AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
@@ -17,6 +15,25 @@ marks AS MATERIALIZED (
            coalesce(s.read_tx, 0) AS read_tx, coalesce(s.read_id, 0) AS read_id
     FROM (SELECT 1) AS one
     LEFT JOIN feed_state s ON s.tenant_id = $1 AND s.user_id = $2
+), 
+tops AS MATERIALIZED (
+    (SELECT t.team_id, e.tx, e.id FROM teams t CROSS JOIN LATERAL (
+        SELECT e.tx, e.id FROM events e
+        WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+          AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
+          AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 1
+    ) e)
+    UNION ALL
+    (SELECT NULL::text, i.tx, i.id FROM inbox_items i
+     WHERE i.tenant_id = $1 AND i.recipient_id = $2
+       AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+     ORDER BY i.tx DESC, i.id DESC
+     LIMIT 1)
+),
+head AS (
+    SELECT tx, id FROM tops ORDER BY tx DESC, id DESC LIMIT 1
 ), 
 floors AS MATERIALIZED (
     SELECT read_tx, read_id,
@@ -29,57 +46,84 @@ team_floors AS MATERIALIZED (
            CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
            CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
            CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id
-    FROM teams t CROSS JOIN floors f
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id,
+           top.tx AS top_tx, top.id AS top_id
+    FROM teams t JOIN tops top ON top.team_id = t.team_id CROSS JOIN floors f
+    ORDER BY top.tx DESC, top.id DESC
 ),
-unread AS (
-    SELECT count(*) AS n FROM (
-        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
-            SELECT 1 FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
-              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
-            LIMIT $6
-        ) e)
-        UNION ALL
-        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
-            SELECT 1 FROM inbox_items i
-            WHERE i.tenant_id = $1 AND i.recipient_id = $2
-              AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
-            LIMIT $6
-        ) i)
-        LIMIT $6
-    ) c
+reads AS MATERIALIZED (
+    SELECT r.tx, r.item_id AS id FROM item_reads r
+    WHERE r.tenant_id = $1 AND r.user_id = $2
+      AND (r.tx, r.item_id) < ((SELECT xmin FROM snap), 0::bigint)
+      AND (EXISTS (SELECT 1 FROM events e JOIN teams t ON t.team_id = e.team_id
+                   WHERE e.tenant_id = $1 AND e.id = r.item_id
+                     AND (e.tx, e.id) > (t.joined_tx, t.joined_id))
+           OR EXISTS (SELECT 1 FROM inbox_items i
+                      WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-unseen AS (
+budget AS MATERIALIZED (
+    SELECT $6 + count(*) AS n FROM reads
+),
+unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
         (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
-            LIMIT $6
-        ) e)
+              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+            ORDER BY e.tx, e.id
+            LIMIT (SELECT n FROM budget)
+        ) e
+         WHERE (tf.top_tx, tf.top_id) > (tf.unseen_tx, tf.unseen_id))
         UNION ALL
         (SELECT 1 FROM floors f CROSS JOIN LATERAL (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
-            LIMIT $6
+              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+            ORDER BY i.tx, i.id
+            LIMIT (SELECT n FROM budget)
         ) i)
-        LIMIT $6
+        LIMIT (SELECT n FROM budget)
     ) c
+),
+unread_scan AS MATERIALIZED (
+    SELECT count(*) AS n FROM (
+        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
+            SELECT 1 FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
+              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
+              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+            ORDER BY e.tx, e.id
+            LIMIT (SELECT n FROM budget)
+        ) e
+         WHERE (tf.top_tx, tf.top_id) > (tf.read_tx, tf.read_id))
+        UNION ALL
+        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+            SELECT 1 FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > (f.read_tx, f.read_id)
+              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+            ORDER BY i.tx, i.id
+            LIMIT (SELECT n FROM budget)
+        ) i)
+        LIMIT (SELECT CASE WHEN (f.unseen_tx, f.unseen_id) = (f.read_tx, f.read_id) THEN 0 ELSE b.n END
+               FROM floors f CROSS JOIN budget b)
+    ) c
+),
+badges AS MATERIALIZED (
+    SELECT CASE WHEN u.n >= b.n THEN $6
+                ELSE least($6, u.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                      WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
+           CASE WHEN ur.n >= b.n THEN $6
+                ELSE least($6, ur.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                       WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread
+    FROM budget b CROSS JOIN unseen_scan u CROSS JOIN floors fl
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN (fl.unseen_tx, fl.unseen_id) = (fl.read_tx, fl.read_id) THEN u.n
+                    ELSE s.n END AS n
+        FROM unread_scan s
+    ) ur
 )
-SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
-       (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen
-FROM marks m;
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen
+FROM marks m CROSS JOIN badges c;

@@ -33,6 +33,7 @@ const WORKLOADS: &[&str] = &[
     "drain",
     "drain-peer",
     "mixed",
+    "soak",
 ];
 
 /// The README's overview chart: every ratio of the latest results ÷ its target.
@@ -47,7 +48,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed.
+    /// drain-peer, mixed, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -169,8 +170,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pool = target.pool(8).await?;
     let pg_facts = pg::facts(&pool).await?;
 
-    eprintln!("==> seeding (tier {})", tier.label());
-    let seeded = seed::seed(&pool, &tier).await?;
+    // The soak runs on a database of its own: alone, it needs no seed (tier M's
+    // takes long and most of the disk).
+    let seeded = if !args.only.is_empty() && args.only.iter().all(|o| o == "soak") {
+        eprintln!("==> not seeding: only the soak runs, on its own database");
+        seed::Seeded {
+            figures: serde_json::json!({"skipped": "only the soak ran"}),
+            has_feed_tables: true,
+        }
+    } else {
+        eprintln!("==> seeding (tier {})", tier.label());
+        seed::seed(&pool, &tier).await?
+    };
 
     eprintln!("==> starting tidings serve");
     let sink = server::Sink::start().await?;
@@ -227,6 +238,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "drain" => workloads::drain::run(&ctx).await,
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
+            "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
                 "not implemented in the harness yet",
@@ -342,6 +354,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "fanout" => workloads::fanout::plot(&path, &w.figures)?,
                     "drain" => workloads::drain::plot_soak(&path, &w.figures)?,
                     "drain-peer" => workloads::drain_peer::plot(&path, &w.figures)?,
+                    "soak" => workloads::soak::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

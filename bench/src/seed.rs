@@ -25,6 +25,11 @@ pub fn api_key(t: i64) -> String {
     format!("tdk_bench_{t}")
 }
 
+/// The reader of many teams (issue 12): in tenant 0, a member of every team
+/// of the tenant and of quiet teams (no events), `Tier::wide_reader_teams` in
+/// all, all joined before every seeded event.
+pub const WIDE_READER: &str = "wide-reader";
+
 pub fn signing_secret(t: i64) -> String {
     format!("bench-secret-{t}")
 }
@@ -170,6 +175,20 @@ pub async fn seed(pool: &PgPool, tier: &Tier) -> anyhow::Result<Seeded> {
     .bind(tier.big_team_members)
     .execute(pool)
     .await?;
+    sqlx::query(
+        "INSERT INTO memberships (tenant_id, team_id, user_id)
+         SELECT bench.tenant_uuid(0), team_id, $1
+         FROM (SELECT 0 AS quiet, g AS n, team_id FROM bench.teams WHERE tenant = 0
+               UNION ALL
+               SELECT 1, n, 'quiet-team-' || n FROM generate_series(1, $2) n) t
+         ORDER BY quiet, n
+         LIMIT $2",
+    )
+    .bind(WIDE_READER)
+    .bind(tier.wide_reader_teams)
+    .execute(pool)
+    .await
+    .context("seeding the wide reader")?;
     let memberships_secs = memberships_started.elapsed().as_secs_f64();
 
     let events_secs = seed_events(pool, tier).await?;

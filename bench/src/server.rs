@@ -66,6 +66,11 @@ impl Tidings {
         })
     }
 
+    /// The process id (for its RSS).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
     }

@@ -14,6 +14,9 @@ pub struct SqlFile {
     /// `-- source-fn: NAME`: the statement is built at run time by the server
     /// function NAME (see `server_sql`) and must equal its result.
     pub source_fns: Vec<String>,
+    /// `-- reference: WHY`: a statement the server does not run, kept to
+    /// measure against (a past version, a lower bound); never checked for drift.
+    pub references: Vec<String>,
     /// Statements without comments, each ending with `;`.
     pub statements: Vec<String>,
 }
@@ -28,6 +31,7 @@ impl SqlFile {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut sources = vec![];
         let mut source_fns = vec![];
+        let mut references = vec![];
         let mut body = String::new();
         let mut in_header = true;
         for line in text.lines() {
@@ -36,6 +40,8 @@ impl SqlFile {
                 sources.push(src.trim().to_string());
             } else if let Some(f) = trimmed.strip_prefix("-- source-fn:") {
                 source_fns.push(f.trim().to_string());
+            } else if let Some(why) = trimmed.strip_prefix("-- reference:") {
+                references.push(why.trim().to_string());
             } else if in_header && trimmed.starts_with("--") {
                 continue;
             } else {
@@ -54,6 +60,7 @@ impl SqlFile {
             path: path.to_path_buf(),
             sources,
             source_fns,
+            references,
             statements,
         })
     }
@@ -87,6 +94,9 @@ impl SqlFile {
 
     /// Statements missing from their sources (whitespace-insensitive).
     pub fn drift(&self, repo: &Path) -> anyhow::Result<Vec<String>> {
+        if !self.references.is_empty() {
+            return Ok(vec![]);
+        }
         if !self.source_fns.is_empty() {
             let expected: Vec<String> = self
                 .source_fns
@@ -128,7 +138,12 @@ impl SqlFile {
 pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
     use tidings_server::store::feed;
     Ok(match name {
-        "tidings_server::store::feed::feed_page_sql(true)" => feed::feed_page_sql(true),
+        "tidings_server::store::feed::feed_page_sql(PageKind::First)" => {
+            feed::feed_page_sql(feed::PageKind::First)
+        }
+        "tidings_server::store::feed::feed_page_sql(PageKind::Before)" => {
+            feed::feed_page_sql(feed::PageKind::Before)
+        }
         "tidings_server::store::feed::counts_sql()" => feed::counts_sql(),
         other => anyhow::bail!("unknown source-fn {other}"),
     })
@@ -227,8 +242,10 @@ mod tests {
             }
             let file = SqlFile::load(&path).expect("loads");
             assert!(
-                !file.sources.is_empty() || !file.source_fns.is_empty(),
-                "{} has no `-- source:` or `-- source-fn:` line",
+                !file.sources.is_empty()
+                    || !file.source_fns.is_empty()
+                    || !file.references.is_empty(),
+                "{} has no `-- source:`, `-- source-fn:` or `-- reference:` line",
                 path.display()
             );
             assert!(!file.statements.is_empty(), "{} is empty", path.display());

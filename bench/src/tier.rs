@@ -25,6 +25,8 @@ pub struct Tier {
     pub max_memberships: i64,
     /// Members of tenant 0's hottest team.
     pub big_team_members: i64,
+    /// Teams of the wide reader (`seed::WIDE_READER`).
+    pub wide_reader_teams: i64,
     pub events: i64,
     /// Rows per INSERT … SELECT statement while seeding events.
     pub seed_batch: i64,
@@ -69,6 +71,7 @@ impl Tier {
                 min_memberships: 3,
                 max_memberships: 8,
                 big_team_members: 60,
+                wide_reader_teams: 40,
                 events: 20_000,
                 seed_batch: 10_000,
                 reps: 2,
@@ -91,6 +94,7 @@ impl Tier {
                 min_memberships: 3,
                 max_memberships: 20,
                 big_team_members: 5_000,
+                wide_reader_teams: 1_000,
                 events: 10_000_000,
                 seed_batch: 250_000,
                 reps: 3,

@@ -18,6 +18,7 @@ use crate::{
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = OsSignals::install().context("installing signal handlers")?;
+    crate::instruments::install();
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::announce();
     // Refused before anything starts.
@@ -36,6 +37,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let outbox = crate::config::OutboxConfig::from_args(&args.worker)?;
     // Fail at start-up, not at the first email.
     outbox.channels()?;
+    args.retention.validate(&args.alerts)?;
     let secrets = crate::tenants::load_secret_keys(&args.database)?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
@@ -53,6 +55,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             outbox,
             admin_token,
             alerts: args.alerts.clone(),
+            ops: args.ops.clone(),
+            retention: args.retention.clone(),
+            inbox_page: args.inbox_page,
             auth: args.auth.clone(),
             stream: args.stream.clone(),
             cors_origins: crate::config::cors_origins(&args.cors_origins)?,
@@ -63,7 +68,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();
-    let workers = crate::workers::spawn_all(&state, &shutdown);
+    let mut workers = crate::workers::spawn_all(&state, &shutdown);
+    if let Some(addr) = args.ops.metrics_listen {
+        workers.push(api::metrics::serve_apart(&state, addr, shutdown.clone()).await?);
+    }
 
     let acceptor = TcpListener::bind(args.listen.to_string())
         .into_acceptor()

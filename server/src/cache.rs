@@ -24,6 +24,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
+    instruments::{self, CacheLookup},
     listen::{Event, Subscription},
     shutdown::Shutdown,
     store::{
@@ -81,9 +82,16 @@ impl MembershipCache {
         let trusted = self.listening.load(Ordering::SeqCst);
         if trusted {
             if let Some(hit) = self.entries.get(&key).await {
+                instruments::cache_lookup("memberships", CacheLookup::Hit);
                 return Ok(hit);
             }
         }
+        let lookup = if trusted {
+            CacheLookup::Miss
+        } else {
+            CacheLookup::Bypass
+        };
+        instruments::cache_lookup("memberships", lookup);
         let started = self.generation.load(Ordering::SeqCst);
         let loaded: Arc<[Membership]> = teams::list_memberships_of_user(pool, tenant_id, user_id)
             .await?

@@ -20,6 +20,7 @@ pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
+    pub const INBOX_PAGE: bool = true;
 
     pub const REPLICA_WAIT_MS: u64 = 50;
     pub const REPLICA_MAX_LAG_MS: u64 = 2_000;
@@ -45,6 +46,15 @@ pub mod defaults {
     pub const NATS_DURABLE: &str = "tidings-alerts";
     pub const NATS_ACK_WAIT_SECS: u64 = 30;
 
+    pub const RETENTION_DELIVERED_SECS: u64 = 30 * 24 * 3600;
+    pub const RETENTION_DEAD_SECS: u64 = 90 * 24 * 3600;
+    pub const RETENTION_INBOX_MESSAGES_SECS: u64 = 7 * 24 * 3600;
+    pub const RETENTION_INTERVAL_SECS: u64 = 300;
+    pub const RETENTION_BATCH: i64 = 500;
+    pub const RETENTION_PAUSE_MS: u64 = 20;
+
+    pub const METRICS_SAMPLE_SECS: u64 = 15;
+    pub const READY_LISTEN_DOWN_SECS: u64 = 15;
     /// Shortest admin token `serve` accepts, in bytes: 256 bits, as much as a
     /// generated one carries, so the token cannot be guessed.
     pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
@@ -188,10 +198,69 @@ pub struct ServeArgs {
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "TIDINGS_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace_secs: u64,
+    /// Serve the inbox page (bell, feed, marks, live updates) at /inbox/. It is
+    /// static code that calls the API with a user token; `false` removes the route.
+    #[arg(long, env = "TIDINGS_INBOX_PAGE", default_value_t = defaults::INBOX_PAGE, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub inbox_page: bool,
     #[command(flatten)]
     pub worker: WorkerArgs,
     #[command(flatten)]
+    pub ops: OpsConfig,
+    #[command(flatten)]
+    pub retention: RetentionConfig,
+    #[command(flatten)]
     pub replicas: ReplicaArgs,
+}
+
+/// How long what is done is kept, and how the purge runs. The purge deletes
+/// in batches of `retention_batch` rows, each its own short statement, with a
+/// pause between batches: it never holds a lock or a transaction long enough
+/// to show in feed latency or hold back the feed horizon.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionConfig {
+    /// Seconds sent and skipped deliveries are kept (by creation time); with the
+    /// last of them go their notification and, once it has none left, the alert.
+    /// A notification key is unique while its notification is kept: the same
+    /// alert sent again after this is delivered again.
+    #[arg(long, env = "TIDINGS_RETENTION_DELIVERED_SECS", default_value_t = defaults::RETENTION_DELIVERED_SECS)]
+    pub retention_delivered_secs: u64,
+    /// Seconds dead deliveries are kept (by creation time); operators can re-queue
+    /// one (`POST /v1/deliveries/{id}/retry`) only until then.
+    #[arg(long, env = "TIDINGS_RETENTION_DEAD_SECS", default_value_t = defaults::RETENTION_DEAD_SECS)]
+    pub retention_dead_secs: u64,
+    /// Seconds events and in-app feed items are kept, for tenants without their
+    /// own setting (`PUT /v1/admin/tenants/{id}/retention`). Unset: kept forever.
+    /// A feed cursor older than this pages to the end of the feed.
+    #[arg(long, env = "TIDINGS_RETENTION_FEED_SECS")]
+    pub retention_feed_secs: Option<u64>,
+    /// Seconds the NATS inbox remembers a message id (the duplicate check). Keep it
+    /// longer than the longest a message can be redelivered: the stream's max age.
+    #[arg(long, env = "TIDINGS_RETENTION_INBOX_MESSAGES_SECS", default_value_t = defaults::RETENTION_INBOX_MESSAGES_SECS)]
+    pub retention_inbox_messages_secs: u64,
+    /// Seconds between purge rounds. 0 turns the purge off in this process (run
+    /// it in some instances only, if you like: several purge safely at once).
+    #[arg(long, env = "TIDINGS_RETENTION_INTERVAL_SECS", default_value_t = defaults::RETENTION_INTERVAL_SECS)]
+    pub retention_interval_secs: u64,
+    /// Rows deleted per statement.
+    #[arg(long, env = "TIDINGS_RETENTION_BATCH", default_value_t = defaults::RETENTION_BATCH)]
+    pub retention_batch: i64,
+    /// Milliseconds to pause between two batches.
+    #[arg(long, env = "TIDINGS_RETENTION_PAUSE_MS", default_value_t = defaults::RETENTION_PAUSE_MS)]
+    pub retention_pause_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            retention_delivered_secs: defaults::RETENTION_DELIVERED_SECS,
+            retention_dead_secs: defaults::RETENTION_DEAD_SECS,
+            retention_feed_secs: None,
+            retention_inbox_messages_secs: defaults::RETENTION_INBOX_MESSAGES_SECS,
+            retention_interval_secs: defaults::RETENTION_INTERVAL_SECS,
+            retention_batch: defaults::RETENTION_BATCH,
+            retention_pause_ms: defaults::RETENTION_PAUSE_MS,
+        }
+    }
 }
 
 /// Hot standbys that serve reads (ARCHITECTURE.md, "Reads from hot standbys").
@@ -224,6 +293,77 @@ impl Default for ReplicaArgs {
             replica_max_lag_ms: defaults::REPLICA_MAX_LAG_MS,
             replica_check_ms: defaults::REPLICA_CHECK_MS,
         }
+    }
+}
+
+impl RetentionConfig {
+    /// Checks the settings against each other and the NATS inbox's.
+    pub fn validate(&self, alerts: &AlertsConfig) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.retention_batch >= 1,
+            "TIDINGS_RETENTION_BATCH must be at least 1"
+        );
+        anyhow::ensure!(
+            self.retention_inbox_messages_secs >= 2 * alerts.nats_ack_wait_secs,
+            "TIDINGS_RETENTION_INBOX_MESSAGES_SECS must be at least twice TIDINGS_NATS_ACK_WAIT_SECS: \
+             a redelivered message must still find its id"
+        );
+        anyhow::ensure!(
+            self.retention_feed_secs != Some(0),
+            "TIDINGS_RETENTION_FEED_SECS must be positive (unset keeps the feed forever)"
+        );
+        Ok(())
+    }
+
+    /// `None`: the purge is off in this process.
+    pub fn interval(&self) -> Option<Duration> {
+        (self.retention_interval_secs > 0)
+            .then(|| Duration::from_secs(self.retention_interval_secs))
+    }
+
+    pub fn pause(&self) -> Duration {
+        Duration::from_millis(self.retention_pause_ms)
+    }
+}
+
+/// What operators watch: metrics and readiness.
+#[derive(Debug, Clone, Args)]
+pub struct OpsConfig {
+    /// Serve `GET /metrics` (Prometheus text) on this address instead of the
+    /// main listener, e.g. 127.0.0.1:9090, to keep it off a public port. Unset:
+    /// `/metrics` is served on the main listener, beside the API.
+    #[arg(long, env = "TIDINGS_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Seconds between samples of the gauges that need a query (outbox backlog
+    /// and oldest age, dead deliveries, feed horizon lag); scrapes read the
+    /// last sample.
+    #[arg(long, env = "TIDINGS_METRICS_SAMPLE_SECS", default_value_t = defaults::METRICS_SAMPLE_SECS)]
+    pub metrics_sample_secs: u64,
+    /// `/readyz` fails once one of this instance's LISTEN connections (cache
+    /// invalidation, outbox and expansion wake-ups) has been down this many
+    /// seconds: the instance still answers correctly, but bypasses its cache
+    /// and only polls for work.
+    #[arg(long, env = "TIDINGS_READY_LISTEN_DOWN_SECS", default_value_t = defaults::READY_LISTEN_DOWN_SECS)]
+    pub ready_listen_down_secs: u64,
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        OpsConfig {
+            metrics_listen: None,
+            metrics_sample_secs: defaults::METRICS_SAMPLE_SECS,
+            ready_listen_down_secs: defaults::READY_LISTEN_DOWN_SECS,
+        }
+    }
+}
+
+impl OpsConfig {
+    pub fn metrics_sample_interval(&self) -> Duration {
+        Duration::from_secs(self.metrics_sample_secs.max(1))
+    }
+
+    pub fn ready_listen_down(&self) -> Duration {
+        Duration::from_secs(self.ready_listen_down_secs)
     }
 }
 
@@ -686,6 +826,11 @@ pub struct Settings {
     pub admin_token: String,
     /// Alerts, idempotency, webhook endpoints and the NATS inbox.
     pub alerts: AlertsConfig,
+    /// Metrics and readiness.
+    pub ops: OpsConfig,
+    pub retention: RetentionConfig,
+    /// Whether `/inbox/` serves the inbox page.
+    pub inbox_page: bool,
     /// User-token checks.
     pub auth: AuthConfig,
     pub stream: StreamConfig,
@@ -700,6 +845,9 @@ impl Default for Settings {
             outbox: OutboxConfig::default(),
             admin_token: String::new(),
             alerts: AlertsConfig::default(),
+            ops: OpsConfig::default(),
+            retention: RetentionConfig::default(),
+            inbox_page: defaults::INBOX_PAGE,
             auth: AuthConfig::default(),
             stream: StreamConfig::default(),
             cors_origins: Vec::new(),

@@ -29,6 +29,13 @@ pub struct Problem {
     pub detail: Option<String>,
     /// Stable machine-readable code, e.g. `invalid_cursor`.
     pub code: String,
+    /// This occurrence: `urn:tidings:request:<id>`, where `<id>` is the
+    /// request's `X-Request-Id` (the one sent, or the one the server made up
+    /// and answered with). Quote it when reporting a problem: the server's log
+    /// lines of the request carry the same id.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 impl poem_openapi::types::Example for Problem {
@@ -49,6 +56,7 @@ impl Problem {
             status: status.as_u16(),
             detail,
             code: code.to_string(),
+            instance: crate::request_id::RequestId::current().map(|id| id.instance()),
         }
     }
 

@@ -7,10 +7,19 @@
 //! once a new one is subscribed: each user decides what a gap means (the cache
 //! flushes; workers look for work, since they may have missed a wake-up).
 
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex,
+    },
+    time::{Duration, Instant},
+};
+
 use sqlx::{postgres::PgListener, PgPool};
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{backoff::Backoff, shutdown::Shutdown, store::notify::NotifyChannel};
+use crate::{backoff::Backoff, instruments, shutdown::Shutdown, store::notify::NotifyChannel};
 
 #[derive(Debug)]
 pub enum Event {
@@ -30,10 +39,48 @@ pub struct Subscription {
     backoff: Backoff,
     /// Pause before the next connection attempt (after a failure).
     pause: Option<std::time::Duration>,
+    /// This subscription's entry in [`SESSIONS`].
+    slot: u64,
+}
+
+/// Since when each live subscription of this process has had no session
+/// (`None`: subscribed). Readiness reads it: an instance whose LISTEN has been
+/// down for long serves from bypassed caches and polls, and says so.
+static SESSIONS: Mutex<BTreeMap<u64, (&'static str, Option<Instant>)>> =
+    Mutex::new(BTreeMap::new());
+static NEXT_SLOT: AtomicU64 = AtomicU64::new(0);
+
+fn mark(slot: u64, channel: &'static str, down_since: Option<Instant>) {
+    instruments::listen_up(channel, down_since.is_none());
+    if let Ok(mut sessions) = SESSIONS.lock() {
+        sessions.insert(slot, (channel, down_since));
+    }
+}
+
+/// The channel whose subscription has been without a session the longest,
+/// and for how long; `None` when every subscription is up.
+pub fn longest_down() -> Option<(&'static str, Duration)> {
+    let sessions = SESSIONS.lock().ok()?;
+    sessions
+        .values()
+        .filter_map(|(channel, since)| since.map(|since| (*channel, since.elapsed())))
+        .max_by_key(|(_, down)| *down)
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Ok(mut sessions) = SESSIONS.lock() {
+            sessions.remove(&self.slot);
+        }
+    }
 }
 
 impl Subscription {
     pub fn new(pool: PgPool, channel: NotifyChannel, shutdown: Shutdown) -> Self {
+        let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+        // Not subscribed yet: down from the start, so one that never comes up
+        // is noticed too.
+        mark(slot, channel.name(), Some(Instant::now()));
         Subscription {
             pool,
             channel,
@@ -41,6 +88,7 @@ impl Subscription {
             listener: None,
             backoff: Backoff::default(),
             pause: None,
+            slot,
         }
     }
 
@@ -66,6 +114,7 @@ impl Subscription {
                     Ok(listener) => {
                         self.listener = Some(listener);
                         self.backoff.reset();
+                        mark(self.slot, channel, None);
                         tracing::debug!(channel, "LISTEN up");
                         return Some(Event::Up);
                     }
@@ -89,12 +138,20 @@ impl Subscription {
             }
             self.listener = None;
             self.pause = Some(self.backoff.next_pause());
+            mark(self.slot, channel, Some(Instant::now()));
             return Some(Event::Down);
         }
     }
 }
 
 async fn connect(pool: &PgPool, channel: NotifyChannel) -> sqlx::Result<PgListener> {
+    #[cfg(feature = "test-hooks")]
+    if crate::test_hooks::armed(crate::test_hooks::LISTEN_REFUSED) {
+        return Err(sqlx::Error::Protocol(format!(
+            "{}=1: LISTEN refused",
+            crate::test_hooks::LISTEN_REFUSED
+        )));
+    }
     let mut listener = PgListener::connect_with(pool).await?;
     // A lost connection must end the session (and be reported as `Down`), not
     // be reconnected silently inside sqlx.

@@ -7,6 +7,15 @@
 /// after committing a new alert and before acking its message.
 pub const CRASH_BEFORE_ACK: &str = "TIDINGS_TEST_CRASH_BEFORE_ACK";
 
+/// `TIDINGS_TEST_LISTEN_REFUSED=1`: every LISTEN session fails to start, as
+/// if the database refused the connection, so readiness can be shown to
+/// notice a LISTEN that stays down.
+pub const LISTEN_REFUSED: &str = "TIDINGS_TEST_LISTEN_REFUSED";
+
+/// `TIDINGS_TEST_WITHOUT_LAST_MIGRATION=1`: the binary knows every migration
+/// but the newest, like the version before it, for the rolling upgrade test.
+pub const WITHOUT_LAST_MIGRATION: &str = "TIDINGS_TEST_WITHOUT_LAST_MIGRATION";
+
 /// Whether the hook named `env` is armed in this process.
 pub fn armed(env: &str) -> bool {
     std::env::var(env).is_ok_and(|v| v == "1")

@@ -20,6 +20,8 @@ pub fn spawn_all(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
             state.clone(),
             shutdown.clone(),
         )),
+        tokio::spawn(crate::gauges::run(state.clone(), shutdown.clone())),
+        tokio::spawn(crate::retention::run(state.clone(), shutdown.clone())),
     ];
     if state.settings.alerts.nats_url.is_some() {
         workers.push(tokio::spawn(crate::nats_inbox::run(

@@ -189,6 +189,8 @@ fn configuration_and_leaf_value_types_import_nothing_of_the_server() {
         "secrets",
         "backoff",
         "shutdown",
+        "request_id",
+        "instruments",
     ] {
         assert_eq!(
             graph[leaf],

@@ -394,6 +394,16 @@ impl<'a> AdminApi<'a> {
             format!("/v1/admin/tenants/{tenant_id}/keys/{key_id}"),
         )
     }
+
+    /// `admin.tenant.retention`
+    pub fn set_feed_retention(&self, tenant_id: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(
+                Method::PUT,
+                format!("/v1/admin/tenants/{tenant_id}/retention"),
+            )
+            .with_json(body)
+    }
 }
 
 /// The server-to-server API (a tenant's API key). Path parameters are written

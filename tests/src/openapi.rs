@@ -18,11 +18,12 @@
 //! (`date-time`, `uuid`, …) are asserted.
 //!
 //! `TIDINGS_TEST_OPENAPI` chooses what happens:
-//! - `check`: a mismatch fails the test;
+//! - `check` (the default): a mismatch fails the test, so drift between the
+//!   document and the server's behaviour fails a test;
 //! - `report=<file>`: each mismatch is appended to `<file>` as a JSON line and
 //!   the test goes on (to list them all in one run);
-//! - `off` (the default while the document has known mismatches; see
-//!   ARCHITECTURE.md, code map, `tests/`).
+//! - `off`: no check (to see what else a test does while the document is
+//!   being changed).
 
 use std::{collections::HashMap, io::Write, path::PathBuf, sync::OnceLock};
 
@@ -43,10 +44,10 @@ enum Mode {
 fn mode() -> &'static Mode {
     static MODE: OnceLock<Mode> = OnceLock::new();
     MODE.get_or_init(|| match std::env::var("TIDINGS_TEST_OPENAPI") {
-        Ok(v) if v == "check" => Mode::Check,
         Ok(v) if v.starts_with("report=") => Mode::Report(PathBuf::from(&v["report=".len()..])),
-        Ok(v) if v == "off" || v.is_empty() => Mode::Off,
-        Err(_) => Mode::Off,
+        Ok(v) if v == "check" || v.is_empty() => Mode::Check,
+        Ok(v) if v == "off" => Mode::Off,
+        Err(_) => Mode::Check,
         Ok(v) => panic!("TIDINGS_TEST_OPENAPI={v:?}: expected check, report=<file> or off"),
     })
 }

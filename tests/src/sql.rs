@@ -361,6 +361,14 @@ pub async fn xid_held_in_another_database() -> (PgConnection, i64) {
     (conn, xid)
 }
 
+/// Look: the migrations recorded as applied.
+pub async fn applied_migrations(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .expect("applied migrations")
+}
+
 /// Stage: deliveries the workers gave up on (ten failed attempts take hours).
 pub async fn stage_dead_deliveries(pool: &PgPool, ids: &[i64]) {
     sqlx::query("UPDATE deliveries SET status = 'dead', attempts = 10, last_error = 'HTTP 500' WHERE id = ANY($1)")

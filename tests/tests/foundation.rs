@@ -27,6 +27,7 @@ async fn readiness_fails_when_migrations_are_missing() {
     sql::forget_last_migration(&pool).await;
     let body = app.public().ready().expect(503).await;
     assert_eq!(body["status"], "migrations pending");
+    assert_eq!(body["check"], "migrations", "the failed check is named");
 }
 
 #[tokio::test]
@@ -37,6 +38,51 @@ async fn docs_and_openapi_json_are_served() {
     let spec = app.public().openapi().expect(200).await;
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
     assert!(spec["paths"]["/readyz"].is_object());
+    // The UI shows the published document, not poem's own.
+    let committed = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../openapi/openapi.json"),
+    )
+    .unwrap();
+    assert!(
+        docs.contains(committed.trim_end()),
+        "/docs embeds another document than /openapi.json"
+    );
+}
+
+#[tokio::test]
+async fn the_inbox_page_is_served_and_a_setting_turns_it_off() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let page = app
+        .raw(Method::GET, "/inbox/")
+        .reply_one_of(&[200, 503])
+        .await;
+    if page.status == 200 {
+        assert!(page
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/html"));
+        assert!(page.text.contains("mountInbox"));
+        for (path, kind) in [
+            ("/inbox/inbox.js", "text/javascript"),
+            ("/inbox/model.js", "text/javascript"),
+            ("/inbox/inbox.css", "text/css"),
+            ("/inbox/core/tidings_core.js", "text/javascript"),
+            ("/inbox/core/tidings_core_bg.wasm", "application/wasm"),
+        ] {
+            let asset = app.raw(Method::GET, path).reply(200).await;
+            let content_type = asset.header("content-type").unwrap();
+            assert!(content_type.starts_with(kind), "{path}: {content_type}");
+            // A host page on another origin loads the modules with CORS.
+            assert_eq!(asset.header("access-control-allow-origin"), Some("*"));
+        }
+    } else {
+        // Built before scripts/build-wasm: the page says how to get it.
+        assert!(page.text.contains("scripts/build-wasm"), "{}", page.text);
+    }
+    let (off, _off_db) = TestApp::spawn_with(AppOptions::env([("TIDINGS_INBOX_PAGE", "false")]))
+        .await
+        .unwrap();
+    off.raw(Method::GET, "/inbox/").problem(404).await;
 }
 
 #[tokio::test]
@@ -368,7 +414,7 @@ fn response_schema<'a>(spec: &'a Value, path: &str, method: &str) -> &'a Value {
         .map(|s| &responses[*s])
         .find(|r| !r.is_null())
         .unwrap_or_else(|| panic!("{method} {path}: no 200/201 response documented"));
-    let schema = &ok["content"]["application/json; charset=utf-8"]["schema"];
+    let schema = &ok["content"]["application/json"]["schema"];
     let reference = schema["$ref"]
         .as_str()
         .unwrap_or_else(|| panic!("{method} {path}: response is not a $ref: {schema}"));

@@ -9,6 +9,14 @@
 //! The reader is one user, the same for the service and pgbench: in tenant 0, a
 //! member of the hottest team (team-0, the big one) with the most memberships
 //! (ties: the smallest id) — the most expensive kind of feed in the data set.
+//! A second reader, [`WIDE_READER`], is in `wide_reader_teams` teams (issue 12:
+//! 1,000 at tier M) and reads its first page the same way.
+//!
+//! Reference statements, pgbench only, in the same repetitions (issue 12): the
+//! lower bound of the first page and counts (bench/sql/feed_lower_bound.sql,
+//! handed the page's ids from the service's answer), and the feed and counts
+//! statements as they were before issue 12 (feed_page_v0.sql,
+//! feed_counts_v0.sql), so every run carries its own before/after of the SQL.
 
 use std::time::Instant;
 
@@ -22,15 +30,25 @@ use crate::{
     loadgen::{HttpRequest, Measure},
     pg,
     report::{Aim, Ratio, Table, WorkloadResult},
-    seed::tenant_uuid,
+    seed::{tenant_uuid, WIDE_READER},
     stats::Spread,
 };
 
 struct Variant {
-    name: &'static str,
+    name: String,
     path: String,
+    token: String,
     script: &'static str,
     vars: Vec<(String, String)>,
+}
+
+/// A statement measured by pgbench alone, against the variant it is compared with.
+struct Reference {
+    name: &'static str,
+    script: &'static str,
+    vars: Vec<(String, String)>,
+    /// Index of the variant whose pgbench figure it is compared with.
+    against: usize,
 }
 
 pub struct Reader {
@@ -48,30 +66,37 @@ pub async fn pick_reader(ctx: &Ctx) -> anyhow::Result<Reader> {
     let tenant = tenant_uuid(0);
     let user_id: String = sqlx::query_scalar(
         "SELECT m.user_id FROM memberships m
-         WHERE m.tenant_id = $1
+         WHERE m.tenant_id = $1 AND m.user_id <> $2
            AND EXISTS (SELECT 1 FROM memberships b
                        WHERE b.tenant_id = $1 AND b.team_id = 'team-0' AND b.user_id = m.user_id)
          GROUP BY m.user_id ORDER BY count(*) DESC, m.user_id LIMIT 1",
     )
     .bind(tenant)
+    .bind(WIDE_READER)
     .fetch_one(&ctx.pool)
     .await
     .context("picking the feed reader")?;
+    reader_of(ctx, &user_id).await
+}
+
+async fn reader_of(ctx: &Ctx, user_id: &str) -> anyhow::Result<Reader> {
+    let tenant = tenant_uuid(0);
     let rows: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT team_id, joined_tx, joined_id FROM memberships
          WHERE tenant_id = $1 AND user_id = $2 ORDER BY team_id",
     )
     .bind(tenant)
-    .bind(&user_id)
+    .bind(user_id)
     .fetch_all(&ctx.pool)
     .await?;
     let horizon: i64 =
         sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
             .fetch_one(&ctx.pool)
             .await?;
+    anyhow::ensure!(!rows.is_empty(), "{user_id} is in no team");
     Ok(Reader {
         tenant,
-        user_id,
+        user_id: user_id.to_string(),
         teams: rows.iter().map(|r| r.0.clone()).collect(),
         joined_tx: rows.iter().map(|r| r.1).collect(),
         joined_id: rows.iter().map(|r| r.2).collect(),
@@ -110,6 +135,39 @@ impl Reader {
         }
         v
     }
+
+    /// pgbench variables of bench/sql/feed_lower_bound.sql: $1 tenant, $2 teams,
+    /// $3 badge cap + 1, $4 the page's item ids.
+    fn lower_bound_vars(&self, page_ids: &[i64]) -> Vec<(String, String)> {
+        vec![
+            ("p1".to_string(), self.tenant.to_string()),
+            ("p2".to_string(), pg_array(&self.teams)),
+            (
+                "p3".to_string(),
+                (i64::from(tidings_core::BADGE_CAP) + 1).to_string(),
+            ),
+            ("p4".to_string(), pg_array(page_ids)),
+        ]
+    }
+}
+
+/// The item ids of the reader's first page, as the service answers them.
+async fn first_page_ids(ctx: &Ctx, token: &str, limit: u32) -> anyhow::Result<Vec<i64>> {
+    let page: serde_json::Value = ctx
+        .http
+        .get(format!("{}?limit={limit}", ctx.server.url("/v1/feed")))
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    page["items"]
+        .as_array()
+        .context("a feed page has items")?
+        .iter()
+        .map(|i| i["id"].as_i64().context("a feed item has an id"))
+        .collect()
 }
 
 async fn walk_pages(
@@ -156,6 +214,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut w = WorkloadResult::new("feed");
     let reader = pick_reader(ctx).await?;
     let token = user_token(0, &reader.user_id)?;
+    let wide = reader_of(ctx, WIDE_READER).await?;
+    let wide_token = user_token(0, WIDE_READER)?;
+    let page_ids = first_page_ids(ctx, &token, 20).await?;
     let deep_pages = if ctx.tier.events >= 1_000_000 { 99 } else { 20 };
     let deep = walk_pages(ctx, &token, 20, deep_pages)
         .await?
@@ -163,28 +224,68 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let feed_url = ctx.server.url("/v1/feed");
     let variants = [
         Variant {
-            name: "first page, limit 20",
+            name: "first page, limit 20".into(),
             path: format!("{feed_url}?limit=20"),
+            token: token.clone(),
             script: "feed_page",
             vars: reader.vars(None, Some(20)),
         },
         Variant {
-            name: "first page, limit 50",
+            name: "first page, limit 50".into(),
             path: format!("{feed_url}?limit=50"),
+            token: token.clone(),
             script: "feed_page",
             vars: reader.vars(None, Some(50)),
         },
         Variant {
-            name: format_deep(deep_pages),
+            name: format_deep(deep_pages).into(),
             path: format!("{feed_url}?limit=20&before={}", deep.to_cursor()),
-            script: "feed_page",
+            token: token.clone(),
+            script: "feed_page_before",
             vars: reader.vars(Some(deep), Some(20)),
         },
         Variant {
-            name: "counts",
+            name: "counts".into(),
             path: ctx.server.url("/v1/feed/counts"),
+            token: token.clone(),
             script: "feed_counts",
             vars: reader.vars(None, None),
+        },
+        Variant {
+            name: format!("{} teams: first page, limit 20", wide.teams.len()),
+            path: format!("{feed_url}?limit=20"),
+            token: wide_token.clone(),
+            script: "feed_page",
+            vars: wide.vars(None, Some(20)),
+        },
+    ];
+    const FIRST: usize = 0;
+    const COUNTS: usize = 3;
+    const WIDE: usize = 4;
+    let references = [
+        Reference {
+            name: "lower bound of the first page and counts",
+            script: "feed_lower_bound",
+            vars: reader.lower_bound_vars(&page_ids),
+            against: FIRST,
+        },
+        Reference {
+            name: "first page SQL before issue 12",
+            script: "feed_page_v0",
+            vars: reader.vars(None, Some(20)),
+            against: FIRST,
+        },
+        Reference {
+            name: "counts SQL before issue 12",
+            script: "feed_counts_v0",
+            vars: reader.vars(None, None),
+            against: COUNTS,
+        },
+        Reference {
+            name: "wide reader's first page SQL before issue 12",
+            script: "feed_page_v0",
+            vars: wide.vars(None, Some(20)),
+            against: WIDE,
         },
     ];
     let healthz = HttpRequest::get(ctx.server.url("/healthz"));
@@ -195,10 +296,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut round_trips = vec![0.0; variants.len()];
     let mut membership_loads = vec![0.0; variants.len()];
     let mut statements = vec![];
+    let mut referenced: Vec<Vec<Measure>> = vec![vec![]; references.len()];
     for rep in 0..ctx.tier.reps {
         eprintln!("  feed rep {}/{}", rep + 1, ctx.tier.reps);
         for (i, v) in variants.iter().enumerate() {
-            let req = HttpRequest::get(&v.path).bearer(&token);
+            let req = HttpRequest::get(&v.path).bearer(&v.token);
             let script = ctx.pgbench_script(v.script, &[], &[])?;
             if rep == 0 {
                 pg::reset_statements(&ctx.pool).await?;
@@ -220,12 +322,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             service[i].push(m);
             baseline[i].push(ctx.pgbench(&script, &v.vars).await?);
         }
+        for (i, r) in references.iter().enumerate() {
+            let script = ctx.pgbench_script(r.script, &[], &[])?;
+            referenced[i].push(ctx.pgbench(&script, &r.vars).await?);
+        }
         statics.push(ctx.max(&healthz).await?);
     }
 
     let mut latency = vec![];
     for (i, v) in variants.iter().enumerate() {
-        let req = HttpRequest::get(&v.path).bearer(&token);
+        let req = HttpRequest::get(&v.path).bearer(&v.token);
         let half = Spread::of(&rps(&service[i])).median / 2.0;
         latency.push((half, ctx.at_rate(&req, half).await?));
     }
@@ -246,12 +352,51 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         &rps(&service[0]),
         &rps(&statics),
     ));
-    if let Some(p99) = latency[0].1.p99_ms {
+    w.ratios.push(Ratio::new(
+        "feed SQL ÷ its lower bound",
+        "pgbench of the first page SQL",
+        "pgbench of the lower bound (feed_lower_bound.sql)",
+        Some(0.5),
+        &rps(&baseline[FIRST]),
+        &rps(&referenced[0]),
+    ));
+    w.ratios.push(Ratio::new(
+        "counts service overhead",
+        "GET /v1/feed/counts req/s",
+        "pgbench of the counts SQL",
+        None,
+        &rps(&service[COUNTS]),
+        &rps(&baseline[COUNTS]),
+    ));
+    w.aims.push(Aim::at_least(
+        "feed first page (limit 20) req/s",
+        Spread::of(&rps(&service[FIRST])).median,
+        "req/s",
+        1500.0,
+    ));
+    if let Some(p99) = latency[FIRST].1.p99_ms {
         w.aims.push(Aim::below(
             "feed first page p99 at half the maximum rate",
             p99,
             "ms",
             10.0,
+        ));
+    }
+    w.aims.push(Aim::at_least(
+        "counts req/s",
+        Spread::of(&rps(&service[COUNTS])).median,
+        "req/s",
+        2500.0,
+    ));
+    if let Some(p99) = latency[WIDE].1.p99_ms {
+        w.aims.push(Aim::below(
+            &format!(
+                "first page p99 of a reader in {} teams at half its maximum rate",
+                wide.teams.len()
+            ),
+            p99,
+            "ms",
+            20.0,
         ));
     }
 
@@ -290,11 +435,42 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         ]);
     }
     w.tables.push(t);
+
+    let mut t = Table::new(
+        "Reference statements (pgbench, same repetitions): the lower bound and the SQL before issue 12",
+        &[
+            "statement",
+            "pgbench tps",
+            "compared with",
+            "its pgbench tps",
+            "ratio (it ÷ reference)",
+        ],
+    );
+    for (i, r) in references.iter().enumerate() {
+        let against = &baseline[r.against];
+        let ratio: Vec<f64> = rps(against)
+            .iter()
+            .zip(rps(&referenced[i]))
+            .map(|(a, b)| a / b)
+            .collect();
+        t.row(vec![
+            r.name.to_string(),
+            Spread::of(&rps(&referenced[i])).show(0),
+            variants[r.against].name.clone(),
+            Spread::of(&rps(against)).show(0),
+            Spread::of(&ratio).show(2),
+        ]);
+    }
+    w.tables.push(t);
     w.notes.push(format!(
         "Reader: {} in tenant 0, member of {} teams including team-0; the deep page starts {} items down.",
         reader.user_id,
         reader.teams.len(),
         deep_pages * 20
+    ));
+    w.notes.push(format!(
+        "Wide reader: {WIDE_READER}, in {} teams (every team of tenant 0 and quiet teams without events).",
+        wide.teams.len()
     ));
     w.notes.push(
         "Cache on/off: N/A — the server has no switch to disable its membership cache (moka, \
@@ -315,6 +491,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     "latency_at_half_max": latency[i].1,
                     "round_trips_per_request": round_trips[i],
                     "membership_loads_per_request": membership_loads[i],
+                })
+            })
+            .collect::<Vec<_>>(),
+    );
+    w.figure(
+        "references",
+        references
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                json!({
+                    "name": r.name,
+                    "script": r.script,
+                    "pgbench": referenced[i],
+                    "against": variants[r.against].name,
                 })
             })
             .collect::<Vec<_>>(),

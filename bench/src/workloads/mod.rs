@@ -8,6 +8,7 @@ pub mod feed;
 pub mod health;
 pub mod ingest;
 pub mod mixed;
+pub mod soak;
 
 use std::path::{Path, PathBuf};
 

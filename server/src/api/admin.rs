@@ -9,6 +9,7 @@ use crate::{
     auth::AdminAuth,
     error::{ApiError, ApiResult},
     state::AppState,
+    store,
     tenants::{self, TenantError},
 };
 
@@ -41,6 +42,29 @@ pub struct ApiKeyOut {
     pub api_key_id: Uuid,
     /// Shown only once.
     pub api_key: String,
+}
+
+/// How long a tenant's feed is kept.
+#[derive(Debug, Object)]
+#[oai(deny_unknown_fields)]
+pub struct FeedRetentionIn {
+    /// Seconds the tenant's events and in-app feed items are kept (at least 1);
+    /// `null` or absent: the server's `TIDINGS_RETENTION_FEED_SECS` (unset there:
+    /// forever). A feed cursor older than this pages to the end of the feed.
+    pub feed_retention_secs: Option<i64>,
+}
+
+#[derive(Debug, Object)]
+pub struct FeedRetentionOut {
+    pub tenant_id: Uuid,
+    /// The tenant's own setting; `null`: the server's default.
+    pub feed_retention_secs: Option<i64>,
+}
+
+#[derive(ApiResponse)]
+pub enum FeedRetentionSet {
+    #[oai(status = 200)]
+    Set(Json<FeedRetentionOut>),
 }
 
 #[derive(ApiResponse)]
@@ -122,6 +146,41 @@ impl AdminApi {
                 "api_key_not_found",
                 "no such unrevoked key for this tenant",
             ))
+        }
+    }
+
+    /// Set how long this tenant's feed (events and in-app items) is kept; the
+    /// retention purge deletes older items within its next rounds.
+    #[oai(
+        path = "/v1/admin/tenants/:tenant_id/retention",
+        method = "put",
+        operation_id = "admin.tenant.retention"
+    )]
+    async fn set_feed_retention(
+        &self,
+        _auth: AdminAuth,
+        tenant_id: Path<Uuid>,
+        body: Json<FeedRetentionIn>,
+    ) -> ApiResult<FeedRetentionSet> {
+        let secs = Self::feed_retention_in_range(body.feed_retention_secs)?;
+        if !store::retention::set_feed_retention(&self.state.pool, tenant_id.0, secs).await? {
+            return Err(ApiError::not_found("tenant_not_found", "no such tenant"));
+        }
+        Ok(FeedRetentionSet::Set(Json(FeedRetentionOut {
+            tenant_id: tenant_id.0,
+            feed_retention_secs: secs,
+        })))
+    }
+}
+
+impl AdminApi {
+    fn feed_retention_in_range(secs: Option<i64>) -> ApiResult<Option<i64>> {
+        match secs {
+            Some(s) if s < 1 => Err(ApiError::bad_request(
+                "invalid_retention",
+                "feed_retention_secs must be at least 1, or null for the server's default",
+            )),
+            other => Ok(other),
         }
     }
 }

@@ -13,6 +13,10 @@ pub struct HealthApi {
 pub struct HealthOut {
     /// `ok`, or what is not ready yet.
     pub status: String,
+    /// Readiness only, when not ready: the check that failed, `database`,
+    /// `migrations` or `listen`.
+    #[oai(skip_serializing_if_is_none)]
+    pub check: Option<String>,
     /// Readiness only, when hot standbys are configured: each standby's state.
     /// A standby out of rotation does not make the server unready (its reads
     /// go to the primary).
@@ -61,6 +65,7 @@ impl HealthOut {
     fn of(status: &str) -> Self {
         HealthOut {
             status: status.into(),
+            check: None,
             standbys: None,
             reads: None,
         }
@@ -118,26 +123,40 @@ impl HealthApi {
         Json(HealthOut::of("ok"))
     }
 
-    /// Readiness: the database answers and the schema is current.
+    /// Readiness: the database answers, the schema is current, and this
+    /// instance's LISTEN connections are up (or were down only briefly).
     #[oai(path = "/readyz", method = "get", operation_id = "health.ready")]
     async fn readyz(&self) -> ReadyResponse {
+        // Err((check, status)): the first check that failed.
         let ready = match db::migrations_applied(&self.state.pool).await {
-            Ok(true) => Ok("ok"),
-            Ok(false) => Err("migrations pending"),
+            Ok(true) => match crate::listen::longest_down() {
+                Some((channel, down)) if down > self.state.settings.ops.ready_listen_down() => {
+                    Err((
+                        "listen",
+                        format!("LISTEN on {channel} down for {} s", down.as_secs()),
+                    ))
+                }
+                _ => Ok(()),
+            },
+            Ok(false) => Err(("migrations", "migrations pending".to_string())),
             Err(err) => {
                 tracing::warn!(error = %err, "readiness check failed");
-                Err("database unreachable")
+                Err(("database", "database unreachable".to_string()))
             }
         };
         let (standbys, reads) = replica_detail(&self.state);
-        let answer = |status: &str| HealthOut {
-            standbys,
-            reads,
-            ..HealthOut::of(status)
-        };
         match ready {
-            Ok(status) => ReadyResponse::Ready(Json(answer(status))),
-            Err(status) => ReadyResponse::NotReady(Json(answer(status))),
+            Ok(()) => ReadyResponse::Ready(Json(HealthOut {
+                standbys,
+                reads,
+                ..HealthOut::of("ok")
+            })),
+            Err((check, status)) => ReadyResponse::NotReady(Json(HealthOut {
+                check: Some(check.into()),
+                standbys,
+                reads,
+                ..HealthOut::of(&status)
+            })),
         }
     }
 }

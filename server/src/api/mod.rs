@@ -6,13 +6,16 @@ pub mod alerts;
 mod body_limit;
 mod cors;
 pub mod deliveries;
+mod document;
 pub mod events;
 pub mod feed;
 pub mod health;
+pub mod inbox_page;
 mod input_guard;
-mod nullable;
 mod request_log;
 pub mod stream;
+pub mod metrics;
+mod observe;
 pub mod teams;
 pub mod user_tokens;
 pub mod users;
@@ -22,7 +25,7 @@ use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{Enum, OpenApiService, Tags};
 use tidings_core::Channel;
 
-use crate::{error::problem_from_poem_error, state::AppState};
+use crate::state::AppState;
 
 #[derive(Tags)]
 pub enum ApiTags {
@@ -130,23 +133,33 @@ pub fn service(state: &AppState) -> OpenApiService<impl poem_openapi::OpenApi, (
              transactional alerts that are never sent twice. Errors are RFC 9457 problem \
              documents (`application/problem+json`).",
         )
-        .license(poem_openapi::LicenseObject::new("Apache-2.0"))
+        .license(
+            poem_openapi::LicenseObject::new("Apache-2.0")
+                .url("https://www.apache.org/licenses/LICENSE-2.0"),
+        )
 }
 
 /// The OpenAPI document, exactly as `tidings openapi` prints and `/openapi.json` serves.
 pub fn openapi_json() -> String {
     let spec = service(&AppState::offline()).spec();
-    let mut json = nullable::make_optional_properties_nullable(&spec)
-        .expect("poem-openapi generates valid JSON");
+    let mut json = document::publish(&spec).expect("poem-openapi generates valid JSON");
     json.push('\n');
     json
 }
 
 pub fn routes(state: &AppState) -> impl Endpoint {
     let api = service(state);
-    let docs = api.swagger_ui();
     let spec = openapi_json();
-    Route::new()
+    // Swagger UI with the published document in place of poem's own.
+    let docs = api.swagger_ui_html().replace(&api.spec(), &spec);
+    let mut route = Route::new();
+    if state.settings.inbox_page {
+        route = route.nest("/inbox", inbox_page::routes());
+    }
+    if state.settings.ops.metrics_listen.is_none() {
+        route = route.at(metrics::PATH, poem::get(metrics::metrics));
+    }
+    route
         .at(
             "/openapi.json",
             poem::endpoint::make_sync(move |_| {
@@ -155,15 +168,17 @@ pub fn routes(state: &AppState) -> impl Endpoint {
                     .body(spec.clone())
             }),
         )
-        .nest("/docs", docs)
+        .at(
+            "/docs",
+            poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
+        )
         .nest("/", api)
         .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
         })
-        .with(request_log::RequestLog)
         .data(state.clone())
-        .catch_all_error(problem_from_poem_error)
+        .with(observe::Observe)
         // Outermost, so problem bodies carry the CORS headers too.
         .with(cors::Cors::new(
             &state.settings.cors_origins,

@@ -225,11 +225,29 @@ pub async fn run_purge(state: AppState, mut shutdown: Shutdown) {
     let config = &state.settings.alerts;
     let retention = config.idempotency_retention();
     let interval = config.idempotency_purge_interval();
+    // Batched like the retention purge (`crate::retention`), with its settings.
+    let batch = state.settings.retention.retention_batch;
+    let pause = state.settings.retention.pause();
     loop {
-        match store::purge_keys(&state.pool, retention).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(purged = n, "purged expired idempotency keys"),
-            Err(err) => tracing::warn!(error = %err, "purging idempotency keys failed"),
+        let mut purged = 0;
+        loop {
+            let started = std::time::Instant::now();
+            match store::purge_keys(&state.pool, retention, batch).await {
+                Ok(n) => {
+                    crate::instruments::retention_batch("idempotency_keys", n, started);
+                    purged += n;
+                    if n < batch as u64 || shutdown.sleep(pause).await {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "purging idempotency keys failed");
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            tracing::info!(purged, "purged expired idempotency keys");
         }
         if shutdown.sleep(interval).await {
             break;

@@ -34,7 +34,8 @@ use crate::{
     backoff::Backoff,
     channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
     config::OutboxConfig,
-    listen,
+    deliveries::status::DeliveryStatus,
+    instruments, listen,
     shutdown::Shutdown,
     state::AppState,
     store::notify::NotifyChannel,
@@ -212,6 +213,7 @@ impl Worker {
                 if let Completion::Dead { error } = &completion {
                     tracing::warn!(delivery = delivery.id, tenant = %delivery.tenant_id, %error, "delivery is dead");
                 }
+                observe(delivery.channel, &completion);
                 CompletedDelivery {
                     tenant_id: delivery.tenant_id,
                     id: delivery.id,
@@ -303,6 +305,24 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// Counts a decided completion: a final status, or a retry. (Counted when
+/// decided, before it is recorded: a completion that loses to a newer claim
+/// is counted by both workers, which is rare and only a count.)
+fn observe(channel: tidings_core::Channel, completion: &Completion) {
+    let channel = channel.as_str();
+    match completion {
+        Completion::Sent => instruments::delivery_finished(channel, DeliveryStatus::Sent.as_str()),
+        Completion::Skipped { .. } => {
+            instruments::delivery_finished(channel, DeliveryStatus::Skipped.as_str())
+        }
+        Completion::Dead { .. } => {
+            instruments::delivery_finished(channel, DeliveryStatus::Dead.as_str())
+        }
+        Completion::Retry { .. } => instruments::delivery_retried(channel),
+        Completion::Release => {}
     }
 }
 

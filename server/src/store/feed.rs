@@ -11,10 +11,13 @@
 //! tenants' transactions do not.
 //!
 //! **Bounded work.** The user's teams come in as arrays (from the membership
-//! cache) and each team is read by one index range scan on
-//! `events (tenant_id, team_id, tx, id)` with a LIMIT, so a page reads at most
-//! `(teams + 1) × (limit + 1)` rows whatever the history; badge counts stop at
-//! [`tidings_core::BADGE_CAP`] + 1 per source.
+//! cache). Every scan is an index-only range on `events (tenant_id, team_id, tx,
+//! id)` or `inbox_items (tenant_id, recipient_id, tx, id)` with a LIMIT; rows
+//! (payloads) are read for the page's items alone. A page costs one probe per
+//! source plus at most (limit + 1)² index entries (see [`page_ctes`]), whatever
+//! the history and however many teams; badge counts stop after
+//! [`tidings_core::BADGE_CAP`] + 1 entries (plus the user's individually read
+//! items) in all.
 
 use std::sync::LazyLock;
 
@@ -106,8 +109,7 @@ pub enum Mark {
 
 // ---------------------------------------------------------------------------
 // SQL. Parameters shared by every statement: $1 tenant, $2 user, $3/$4/$5 the
-// user's teams as parallel arrays (team_id, joined_tx, joined_id); the last one
-// is the tenant's horizon.
+// user's teams as parallel arrays (team_id, joined_tx, joined_id).
 
 /// The tenant's horizon, the user's teams and their watermarks (one row even
 /// when the user has none stored yet). `horizon` is the statement's last
@@ -134,34 +136,50 @@ marks AS MATERIALIZED (
     )
 }
 
-/// The newest visible position of the feed: the top of each team and of the
-/// user's alerts, one index probe each.
-const HEAD: &str = "
+/// The newest visible position of each source of the feed (each team, after
+/// the join, and the user's alerts), one index-only probe each, and the feed's
+/// head: the newest of them. A newest-first first page reuses `tops` to prune
+/// its scans (see [`page_ctes`]).
+const TOPS: &str = "
+tops AS MATERIALIZED (
+    (SELECT t.team_id, e.tx, e.id FROM teams t CROSS JOIN LATERAL (
+        SELECT e.tx, e.id FROM events e
+        WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+          AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
+          AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 1
+    ) e)
+    UNION ALL
+    (SELECT NULL::text, i.tx, i.id FROM inbox_items i
+     WHERE i.tenant_id = $1 AND i.recipient_id = $2
+       AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
+     ORDER BY i.tx DESC, i.id DESC
+     LIMIT 1)
+),
 head AS (
-    SELECT tx, id FROM (
-        (SELECT e.tx, e.id FROM teams t CROSS JOIN LATERAL (
-            SELECT e.tx, e.id FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
-              AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-            ORDER BY e.tx DESC, e.id DESC
-            LIMIT 1
-        ) e)
-        UNION ALL
-        (SELECT i.tx, i.id FROM inbox_items i
-         WHERE i.tenant_id = $1 AND i.recipient_id = $2
-           AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-         ORDER BY i.tx DESC, i.id DESC
-         LIMIT 1)
-    ) tops
-    ORDER BY tx DESC, id DESC
-    LIMIT 1
+    SELECT tx, id FROM tops ORDER BY tx DESC, id DESC LIMIT 1
 )";
 
 /// Badge counts. Reading implies seeing, so unseen counts from the later of the
 /// two watermarks; individually read items are neither unread nor unseen. Each
 /// team's lower bound is the later of its join position and the watermark, so
-/// every scan starts where counting starts. `$6` is the cap + 1.
+/// every scan starts where counting starts. `$6` is the cap + 1. Teams are
+/// visited newest top first, and a team whose top (from `tops`) is not above
+/// its floor is skipped without a probe: a reader of many quiet teams pays
+/// for the busy ones.
+///
+/// Index-only walks, oldest first from each floor up to the horizon (the
+/// direction in which both row-value bounds position the scan: a backward walk
+/// would step through every entry sharing the floor's `tx`): `unseen_scan`
+/// from the unseen floor, `unread_scan` from the read floor (skipped when the
+/// two floors are equal, as for a reader who never marked anything), each
+/// stopping after `budget` entries. No entry is probed against `item_reads`:
+/// the user's individually read items still in the feed (`reads`, at most
+/// `MAX_INDIVIDUAL_READS`) are subtracted instead. The budget is the cap + 1
+/// plus their number, so a walk that stops at the budget has passed at least
+/// cap + 1 items that are not read one by one, and its count is capped; a walk
+/// that ends earlier saw every item and the subtraction is exact.
 const COUNTS: &str = "
 floors AS MATERIALIZED (
     SELECT read_tx, read_id,
@@ -174,63 +192,143 @@ team_floors AS MATERIALIZED (
            CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
            CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
            CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id
-    FROM teams t CROSS JOIN floors f
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id,
+           top.tx AS top_tx, top.id AS top_id
+    FROM teams t JOIN tops top ON top.team_id = t.team_id CROSS JOIN floors f
+    ORDER BY top.tx DESC, top.id DESC
 ),
-unread AS (
-    SELECT count(*) AS n FROM (
-        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
-            SELECT 1 FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
-              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
-            LIMIT $6
-        ) e)
-        UNION ALL
-        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
-            SELECT 1 FROM inbox_items i
-            WHERE i.tenant_id = $1 AND i.recipient_id = $2
-              AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
-            LIMIT $6
-        ) i)
-        LIMIT $6
-    ) c
+reads AS MATERIALIZED (
+    SELECT r.tx, r.item_id AS id FROM item_reads r
+    WHERE r.tenant_id = $1 AND r.user_id = $2
+      AND (r.tx, r.item_id) < ((SELECT tx FROM horizon), 0::bigint)
+      AND (EXISTS (SELECT 1 FROM events e JOIN teams t ON t.team_id = e.team_id
+                   WHERE e.tenant_id = $1 AND e.id = r.item_id
+                     AND (e.tx, e.id) > (t.joined_tx, t.joined_id))
+           OR EXISTS (SELECT 1 FROM inbox_items i
+                      WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-unseen AS (
+budget AS MATERIALIZED (
+    SELECT $6 + count(*) AS n FROM reads
+),
+unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
         (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
               AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = e.id)
-            LIMIT $6
-        ) e)
+            ORDER BY e.tx, e.id
+            LIMIT (SELECT n FROM budget)
+        ) e
+         WHERE (tf.top_tx, tf.top_id) > (tf.unseen_tx, tf.unseen_id))
         UNION ALL
         (SELECT 1 FROM floors f CROSS JOIN LATERAL (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
               AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-              AND NOT EXISTS (SELECT 1 FROM item_reads r
-                              WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = i.id)
-            LIMIT $6
+            ORDER BY i.tx, i.id
+            LIMIT (SELECT n FROM budget)
         ) i)
-        LIMIT $6
+        LIMIT (SELECT n FROM budget)
     ) c
+),
+unread_scan AS MATERIALIZED (
+    SELECT count(*) AS n FROM (
+        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
+            SELECT 1 FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
+              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
+            ORDER BY e.tx, e.id
+            LIMIT (SELECT n FROM budget)
+        ) e
+         WHERE (tf.top_tx, tf.top_id) > (tf.read_tx, tf.read_id))
+        UNION ALL
+        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+            SELECT 1 FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > (f.read_tx, f.read_id)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
+            ORDER BY i.tx, i.id
+            LIMIT (SELECT n FROM budget)
+        ) i)
+        LIMIT (SELECT CASE WHEN (f.unseen_tx, f.unseen_id) = (f.read_tx, f.read_id) THEN 0 ELSE b.n END
+               FROM floors f CROSS JOIN budget b)
+    ) c
+),
+badges AS MATERIALIZED (
+    SELECT CASE WHEN u.n >= b.n THEN $6
+                ELSE least($6, u.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                      WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
+           CASE WHEN ur.n >= b.n THEN $6
+                ELSE least($6, ur.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                       WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread
+    FROM budget b CROSS JOIN unseen_scan u CROSS JOIN floors fl
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN (fl.unseen_tx, fl.unseen_id) = (fl.read_tx, fl.read_id) THEN u.n
+                    ELSE s.n END AS n
+        FROM unread_scan s
+    ) ur
 )";
 
-/// One page. `$7/$8` exclusive lower bound (after), `$9/$10` exclusive upper
-/// bound (before), `$11` limit + 1. Each team's lower bound is the later of its
-/// join position and the page's, and the upper bound the earlier of the cursor
-/// and the horizon, so each scan is one index range with a LIMIT.
-fn page_cte(direction: &str) -> String {
+/// Which feed statement a page runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    /// Newest first from the top: the page's per-source tops are the feed's.
+    First,
+    /// Newest first below a cursor.
+    Before,
+    /// Oldest first above a cursor (polling).
+    After,
+}
+
+/// One page, late materialised. `$7/$8` exclusive lower bound (after),
+/// `$9/$10` exclusive upper bound (before), `$11` limit + 1 (= k). Each team's
+/// lower bound is the later of its join position and the page's, and the upper
+/// bound the earlier of the cursor and the horizon.
+///
+/// 1. `page_tops`: each source's first position in the page's direction, one
+///    index-only probe per source (on the first page, `tops` itself).
+/// 2. `threshold`: the k-th of those. At least k positions (those k tops) lie
+///    at or before it in page order, so the whole page does, and a source whose
+///    first position lies beyond it cannot contribute: only the sources at or
+///    before it (at most k, ties aside) are scanned, each by one index-only
+///    range with a LIMIT. The threshold prunes sources, not scans: as a scan
+///    bound it would not stop a backward walk through entries sharing its `tx`.
+///    A reader of T teams costs T probes plus at most k × k index entries,
+///    not T × k.
+/// 3. `page`: payloads for the k positions alone, by primary key.
+fn page_ctes(kind: PageKind) -> String {
+    let (dir, cmp, absent) = match kind {
+        PageKind::First | PageKind::Before => ("DESC", ">=", "0::bigint"),
+        PageKind::After => ("ASC", "<=", "9223372036854775807::bigint"),
+    };
+    let page_tops = match kind {
+        PageKind::First => "page_tops AS (SELECT * FROM tops)".to_string(),
+        PageKind::Before | PageKind::After => format!(
+            "
+page_tops AS MATERIALIZED (
+    (SELECT pt.team_id, e.tx, e.id FROM page_teams pt CROSS JOIN bounds b CROSS JOIN LATERAL (
+        SELECT e.tx, e.id FROM events e
+        WHERE e.tenant_id = $1 AND e.team_id = pt.team_id
+          AND (e.tx, e.id) > (pt.lo_tx, pt.lo_id)
+          AND (e.tx, e.id) < (b.hi_tx, b.hi_id)
+        ORDER BY e.tx {dir}, e.id {dir}
+        LIMIT 1
+    ) e)
+    UNION ALL
+    (SELECT NULL::text, i.tx, i.id FROM bounds b CROSS JOIN LATERAL (
+        SELECT i.tx, i.id FROM inbox_items i
+        WHERE i.tenant_id = $1 AND i.recipient_id = $2
+          AND (i.tx, i.id) > ($7::bigint, $8::bigint)
+          AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
+        ORDER BY i.tx {dir}, i.id {dir}
+        LIMIT 1
+    ) i)
+)"
+        ),
+    };
     format!(
         "
 bounds AS MATERIALIZED (
@@ -244,72 +342,94 @@ page_teams AS MATERIALIZED (
            CASE WHEN (t.joined_tx, t.joined_id) > ($7::bigint, $8::bigint) THEN t.joined_id ELSE $8 END AS lo_id
     FROM teams t
 ),
-page AS (
+{page_tops},
+threshold AS MATERIALIZED (
+    SELECT coalesce(k.tx, {absent}) AS tx, coalesce(k.id, {absent}) AS id
+    FROM (SELECT 1) AS one LEFT JOIN (
+        SELECT tx, id FROM page_tops ORDER BY tx {dir}, id {dir} OFFSET $11 - 1 LIMIT 1
+    ) k ON true
+),
+page_positions AS MATERIALIZED (
     SELECT * FROM (
-        (SELECT e.* FROM page_teams pt CROSS JOIN bounds b CROSS JOIN LATERAL (
-            SELECT e.id, e.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
-                   e.payload, e.created_at, 'event'::text AS source
-            FROM events e
+        (SELECT e.* FROM page_tops top
+         JOIN page_teams pt ON pt.team_id = top.team_id
+         CROSS JOIN bounds b CROSS JOIN threshold th
+         CROSS JOIN LATERAL (
+            SELECT e.tx, e.id, false AS alert FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = pt.team_id
               AND (e.tx, e.id) > (pt.lo_tx, pt.lo_id)
               AND (e.tx, e.id) < (b.hi_tx, b.hi_id)
-            ORDER BY e.tx {direction}, e.id {direction}
+            ORDER BY e.tx {dir}, e.id {dir}
             LIMIT $11
-        ) e)
+         ) e
+         WHERE (top.tx, top.id) {cmp} (th.tx, th.id))
         UNION ALL
-        -- LATERAL, so the bound is an index condition rather than a filter.
+        -- LATERAL, so the bounds are index conditions rather than filters.
         (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
-            SELECT i.id, i.tx, NULL::text, i.type, NULL::text, i.entity_id, i.subject,
-                   i.payload, i.created_at, 'alert'::text
-            FROM inbox_items i
+            SELECT i.tx, i.id, true AS alert FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > ($7::bigint, $8::bigint)
               AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
-            ORDER BY i.tx {direction}, i.id {direction}
+            ORDER BY i.tx {dir}, i.id {dir}
             LIMIT $11
         ) i)
     ) merged
-    ORDER BY tx {direction}, id {direction}
+    ORDER BY tx {dir}, id {dir}
     LIMIT $11
+),
+page AS (
+    SELECT p.id, p.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
+           e.payload, e.created_at, 'event'::text AS source
+    FROM page_positions p JOIN events e ON e.tenant_id = $1 AND e.id = p.id
+    WHERE NOT p.alert
+    UNION ALL
+    SELECT p.id, p.tx, NULL::text, i.type, NULL::text, i.entity_id, i.subject,
+           i.payload, i.created_at, 'alert'::text
+    FROM page_positions p JOIN inbox_items i ON i.tenant_id = $1 AND i.id = p.id
+    WHERE p.alert
 )"
     )
 }
 
-fn feed_sql(direction: &str) -> String {
+fn feed_sql(kind: PageKind) -> String {
+    let dir = match kind {
+        PageKind::First | PageKind::Before => "DESC",
+        PageKind::After => "ASC",
+    };
     format!(
-        "WITH {prelude}, {HEAD}, {COUNTS}, {page}
+        "WITH {prelude}, {TOPS}, {COUNTS}, {page}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        h.tx AS head_tx, h.id AS head_id,
-       (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen,
+       c.unread, c.unseen,
        p.id, p.tx, p.team_id, p.type, p.actor_id, p.object_id, p.subject, p.payload,
        p.created_at, p.source,
-       EXISTS (SELECT 1 FROM item_reads r
-               WHERE r.tenant_id = $1 AND r.user_id = $2 AND r.item_id = p.id) AS individually_read
+       EXISTS (SELECT 1 FROM reads r WHERE r.id = p.id) AS individually_read
 FROM marks m
+CROSS JOIN badges c
 LEFT JOIN head h ON true
 LEFT JOIN page p ON true
-ORDER BY p.tx {direction}, p.id {direction}",
+ORDER BY p.tx {dir}, p.id {dir}",
         prelude = prelude("$12"),
-        page = page_cte(direction)
+        page = page_ctes(kind)
     )
 }
 
-static FEED_NEWEST_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql("DESC"));
-static FEED_OLDEST_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql("ASC"));
+static FEED_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::First));
+static FEED_BEFORE: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::Before));
+static FEED_AFTER: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::After));
 
 static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {prelude}, {COUNTS}
-SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
-       (SELECT n FROM unread) AS unread, (SELECT n FROM unseen) AS unseen
-FROM marks m",
+        "WITH {prelude}, {TOPS}, {COUNTS}
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen
+FROM marks m CROSS JOIN badges c",
         prelude = prelude("$7")
     )
 });
 
 static HEAD_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {prelude}, {HEAD}
+        "WITH {prelude}, {TOPS}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, h.tx AS head_tx, h.id AS head_id
 FROM marks m LEFT JOIN head h ON true",
         prelude = prelude("$6")
@@ -334,11 +454,11 @@ WHERE i.tenant_id = $1 AND i.id = $6 AND i.recipient_id = $2
 });
 
 /// The SQL of a feed page, for EXPLAIN in measurements and tests.
-pub fn feed_page_sql(newest_first: bool) -> &'static str {
-    if newest_first {
-        &FEED_NEWEST_FIRST
-    } else {
-        &FEED_OLDEST_FIRST
+pub fn feed_page_sql(kind: PageKind) -> &'static str {
+    match kind {
+        PageKind::First => &FEED_FIRST,
+        PageKind::Before => &FEED_BEFORE,
+        PageKind::After => &FEED_AFTER,
     }
 }
 
@@ -405,17 +525,13 @@ pub async fn read_feed(
     limit: u32,
     horizon: i64,
 ) -> Result<FeedPage, sqlx::Error> {
+    let top = Position::new(i64::MAX, i64::MAX);
     let (after, before, sql) = match from {
-        PageFrom::Before(before) => (
-            Position::ORIGIN,
-            before.unwrap_or(Position::new(i64::MAX, i64::MAX)),
-            feed_page_sql(true),
-        ),
-        PageFrom::After(after) => (
-            after,
-            Position::new(i64::MAX, i64::MAX),
-            feed_page_sql(false),
-        ),
+        PageFrom::Before(None) => (Position::ORIGIN, top, feed_page_sql(PageKind::First)),
+        PageFrom::Before(Some(before)) => {
+            (Position::ORIGIN, before, feed_page_sql(PageKind::Before))
+        }
+        PageFrom::After(after) => (after, top, feed_page_sql(PageKind::After)),
     };
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
     let rows: Vec<PageRow> = sqlx::query_as(sql)

@@ -138,18 +138,23 @@ pub async fn release_key(
     Ok(())
 }
 
-/// Deletes keys older than `retention` that are answered or abandoned. Returns
-/// how many went.
+/// Deletes up to `batch` keys older than `retention` that are answered or
+/// abandoned (`idempotency_keys_age`). Returns how many went.
 pub async fn purge_keys(
     db: impl sqlx::PgExecutor<'_>,
     retention: std::time::Duration,
+    batch: i64,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query(
-        "DELETE FROM idempotency_keys
-          WHERE created_at < now() - make_interval(secs => $1)
-            AND (status_code IS NOT NULL OR locked_until IS NULL OR locked_until < now())",
+        "DELETE FROM idempotency_keys k USING (
+             SELECT tenant_id, path, key FROM idempotency_keys
+              WHERE created_at < now() - make_interval(secs => $1)
+                AND (status_code IS NOT NULL OR locked_until IS NULL OR locked_until < now())
+              ORDER BY created_at LIMIT $2) old
+          WHERE k.tenant_id = old.tenant_id AND k.path = old.path AND k.key = old.key",
     )
     .bind(retention.as_secs_f64())
+    .bind(batch)
     .execute(db)
     .await?;
     Ok(done.rows_affected())

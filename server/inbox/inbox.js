@@ -1,0 +1,473 @@
+// The Tidings inbox: a bell with the unread/unseen badge and a panel with the
+// feed, newest first. Plain ES module, no framework, no build step.
+//
+//   import { mountInbox } from "https://tidings.example/inbox/inbox.js";
+//   const inbox = await mountInbox(element, { baseUrl, getToken });
+//
+// `getToken()` returns a user token (string or promise); it is asked before
+// every request, so a host page can refresh tokens. Live updates come from
+// `GET /v1/feed/stream` (Server-Sent Events, authenticated by a single-use
+// ticket); where the server has no stream, the page polls `after=head`.
+import initCore, * as core from "./core/tidings_core.js";
+import { InboxModel } from "./model.js";
+
+const PAGE_SIZE = 20;
+const DEFAULT_POLL_MS = 500;
+
+/**
+ * @param {HTMLElement} element where the bell and the panel go
+ * @param {{baseUrl?: string, getToken: () => string | Promise<string>,
+ *   open?: boolean, pollMs?: number, pageSize?: number}} options
+ *   `open`: the panel stays open (a page of its own) instead of dropping
+ *   down from the bell; `pollMs`: the poll interval where there is no stream.
+ */
+export async function mountInbox(element, options) {
+  await initCore({ module_or_path: new URL("./core/tidings_core_bg.wasm", import.meta.url) });
+  const inbox = new Inbox(element, options);
+  await inbox.start();
+  return inbox.handle();
+}
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail ?? problem?.title ?? `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+class Inbox {
+  constructor(element, options) {
+    this.root = element;
+    this.baseUrl = (options.baseUrl ?? location.origin).replace(/\/$/, "");
+    this.getToken = options.getToken;
+    this.pollMs = options.pollMs ?? DEFAULT_POLL_MS;
+    this.pageSize = options.pageSize ?? PAGE_SIZE;
+    this.model = new InboxModel(core);
+    // `open: true` pins the panel open (the standalone page): the bell then
+    // only marks what is shown as seen.
+    this.pinned = options.open ?? false;
+    this.open = this.pinned;
+    this.live = "connecting"; // "stream" | "polling" | "offline"
+    this.closed = false;
+    this.loadingOlder = false;
+    this.pending = 0;
+    this.timings = {};
+    this.render = this.render.bind(this);
+    this.build();
+  }
+
+  // ---- network -----------------------------------------------------------
+
+  async call(method, path, body) {
+    this.pending += 1;
+    try {
+      const token = await this.getToken();
+      const response = await fetch(this.baseUrl + path, {
+        method,
+        headers: {
+          Authorization: `Bearer ${token}`,
+          ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await response.text();
+      const json = text ? JSON.parse(text) : null;
+      if (!response.ok) throw new ApiError(response.status, json);
+      return json;
+    } finally {
+      this.pending -= 1;
+    }
+  }
+
+  feedPath(query) {
+    const params = new URLSearchParams({ limit: String(this.pageSize) });
+    for (const [k, v] of Object.entries(query)) if (v) params.set(k, v);
+    return `/v1/feed?${params}`;
+  }
+
+  async reload() {
+    const started = performance.now();
+    const page = await this.call("GET", this.feedPath({}));
+    this.model.load(page);
+    this.render();
+    this.timings.firstRenderMs ??= performance.now() - started;
+    this.setStatus("");
+  }
+
+  async loadOlder() {
+    const before = this.model.nextBefore;
+    if (!before || this.loadingOlder) return;
+    this.loadingOlder = true;
+    try {
+      const page = await this.call("GET", this.feedPath({ before }));
+      if (this.model.nextBefore === before) this.model.appendOlder(page);
+      this.render();
+    } catch (err) {
+      this.setStatus(`Could not load older items: ${err.message}`);
+    } finally {
+      this.loadingOlder = false;
+    }
+  }
+
+  async poll() {
+    const head = this.model.head;
+    const page = await this.call("GET", this.feedPath(head ? { after: head } : {}));
+    if (head !== this.model.head) return; // a reload or the stream moved on
+    this.model.merge(page.items);
+    if (!this.model.adoptCounts(page)) {
+      await this.reload();
+      return;
+    }
+    this.render();
+  }
+
+  async pollLoop() {
+    this.live = "polling";
+    this.render();
+    while (!this.closed && this.live === "polling") {
+      try {
+        await this.poll();
+        this.setStatus("");
+      } catch (err) {
+        this.setStatus(`Offline: ${err.message}`);
+      }
+      await new Promise((r) => setTimeout(r, this.pollMs));
+    }
+  }
+
+  /** Opens the stream; falls back to polling where the server has none. */
+  async connect() {
+    if (this.closed) return;
+    let ticket;
+    try {
+      ticket = await this.call("POST", "/v1/feed/stream-tickets", {});
+    } catch (err) {
+      if (err instanceof ApiError && (err.status === 404 || err.status === 405)) {
+        this.pollLoop();
+        return;
+      }
+      this.setStatus(`Offline: ${err.message}; retrying`);
+      setTimeout(() => this.connect(), 2000);
+      return;
+    }
+    const params = new URLSearchParams({ ticket: ticket.ticket });
+    if (this.model.head) params.set("after", this.model.head);
+    const source = new EventSource(`${this.baseUrl}/v1/feed/stream?${params}`);
+    this.source = source;
+    source.addEventListener("open", () => {
+      this.live = "stream";
+      this.render();
+    });
+    source.addEventListener("item", (e) => {
+      this.model.merge([JSON.parse(e.data)]);
+      this.render();
+    });
+    source.addEventListener("marks", (e) => {
+      const marks = JSON.parse(e.data);
+      this.model.adoptMarks(marks);
+      if (!this.model.adoptCounts(marks)) {
+        this.reload();
+        return;
+      }
+      this.render();
+    });
+    const refetch = async () => {
+      source.close();
+      await this.reload().catch((err) => this.setStatus(err.message));
+      this.connect();
+    };
+    source.addEventListener("membership", refetch);
+    source.addEventListener("reset", refetch);
+    source.addEventListener("error", () => {
+      // Tickets are single use: reconnect with a new one, resuming at the head.
+      source.close();
+      if (this.source === source && !this.closed) {
+        this.live = "connecting";
+        this.render();
+        setTimeout(() => this.connect(), 500);
+      }
+    });
+  }
+
+  async start() {
+    try {
+      await this.reload();
+    } catch (err) {
+      this.setStatus(`Could not load the inbox: ${err.message}`);
+    }
+    this.connect();
+  }
+
+  // ---- actions -------------------------------------------------------------
+
+  async markAllRead() {
+    const upTo = this.model.markAllRead();
+    this.render();
+    if (upTo === null) return;
+    try {
+      const marks = await this.call("POST", "/v1/feed/read", { up_to: upTo });
+      this.model.adoptMarks(marks);
+      this.model.checkAgainst(marks);
+    } catch (err) {
+      this.setStatus(`Could not mark as read: ${err.message}`);
+      await this.reload();
+    }
+    this.render();
+  }
+
+  async markSeen() {
+    const upTo = this.model.markAllSeen();
+    this.render();
+    if (upTo === null) return;
+    try {
+      const marks = await this.call("POST", "/v1/feed/seen", { up_to: upTo });
+      this.model.adoptMarks(marks);
+      this.model.checkAgainst(marks);
+    } catch (err) {
+      this.setStatus(`Could not mark as seen: ${err.message}`);
+    }
+    this.render();
+  }
+
+  async markRead(id) {
+    if (!this.model.markItemRead(id)) return;
+    this.render();
+    try {
+      const marks = await this.call("POST", `/v1/feed/items/${id}/read`);
+      this.model.adoptMarks(marks);
+      this.model.checkAgainst(marks);
+    } catch (err) {
+      this.setStatus(`Could not mark as read: ${err.message}`);
+      await this.reload();
+    }
+    this.render();
+  }
+
+  toggle(open = !this.open) {
+    this.open = this.pinned || open;
+    this.render();
+    if (this.open) {
+      this.markSeen();
+      if (!this.pinned) this.list.querySelector("li")?.focus();
+    } else {
+      this.bell.focus();
+    }
+  }
+
+  handle() {
+    return {
+      badge: () => this.model.badge(),
+      stats: () => ({ ...this.model.stats, live: this.live, pending: this.pending, ...this.timings }),
+      items: () => this.model.items(),
+      head: () => this.model.head,
+      markAllRead: () => this.markAllRead(),
+      markRead: (id) => this.markRead(id),
+      reload: () => this.reload(),
+      open: () => this.toggle(true),
+      close: () => {
+        this.closed = true;
+        this.source?.close();
+        this.root.replaceChildren();
+      },
+    };
+  }
+
+  // ---- view ----------------------------------------------------------------
+
+  build() {
+    const el = (tag, attrs = {}, ...children) => {
+      const node = document.createElement(tag);
+      for (const [k, v] of Object.entries(attrs)) {
+        if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+        else node.setAttribute(k, v);
+      }
+      node.append(...children);
+      return node;
+    };
+    this.el = el;
+    const panelId = `tidings-panel-${Math.random().toString(36).slice(2)}`;
+    this.count = el("span", { class: "tdg-badge", "aria-hidden": "true" });
+    this.bell = el(
+      "button",
+      {
+        class: "tdg-bell",
+        type: "button",
+        "aria-haspopup": "true",
+        "aria-controls": panelId,
+        onclick: () => this.toggle(),
+      },
+      bellIcon(),
+      this.count,
+    );
+    this.announce = el("span", { class: "tdg-visually-hidden", role: "status", "aria-live": "polite" });
+    this.summary = el("span", { class: "tdg-summary" });
+    this.readAll = el(
+      "button",
+      { class: "tdg-read-all", type: "button", onclick: () => this.markAllRead() },
+      "Mark all as read",
+    );
+    this.liveDot = el("span", { class: "tdg-live" });
+    this.list = el("ul", { class: "tdg-list", role: "feed", "aria-label": "Notifications" });
+    this.list.addEventListener("keydown", (e) => this.onKey(e));
+    this.sentinel = el("div", { class: "tdg-sentinel", "aria-hidden": "true" });
+    this.statusLine = el("p", { class: "tdg-status", role: "alert" });
+    this.empty = el("p", { class: "tdg-empty" }, "You're all caught up.");
+    this.panel = el(
+      "section",
+      { class: "tdg-panel", id: panelId, "aria-label": "Inbox" },
+      el(
+        "header",
+        { class: "tdg-head" },
+        el("h2", {}, "Inbox"),
+        this.summary,
+        this.liveDot,
+        this.readAll,
+      ),
+      this.statusLine,
+      this.list,
+      this.empty,
+      this.sentinel,
+    );
+    this.panel.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && !this.pinned) this.toggle(false);
+    });
+    this.root.classList.add("tdg-inbox");
+    this.root.replaceChildren(el("div", { class: "tdg-bar" }, this.bell, this.announce), this.panel);
+    new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.loadOlder();
+    }, { root: null, rootMargin: "200px" }).observe(this.sentinel);
+  }
+
+  onKey(e) {
+    const items = [...this.list.querySelectorAll("li")];
+    const at = items.indexOf(document.activeElement);
+    if (e.key === "ArrowDown" || e.key === "j") {
+      items[Math.min(at + 1, items.length - 1)]?.focus();
+      e.preventDefault();
+    } else if (e.key === "ArrowUp" || e.key === "k") {
+      items[Math.max(at - 1, 0)]?.focus();
+      e.preventDefault();
+    } else if (e.key === "Home") {
+      items[0]?.focus();
+      e.preventDefault();
+    } else if (e.key === "End") {
+      items.at(-1)?.focus();
+      e.preventDefault();
+    } else if ((e.key === "r" || e.key === "Enter") && at >= 0) {
+      this.markRead(Number(items[at].dataset.id));
+      e.preventDefault();
+    }
+  }
+
+  setStatus(text) {
+    this.statusLine.textContent = text;
+    this.statusLine.hidden = !text;
+  }
+
+  render() {
+    const badge = this.model.badge();
+    const shown = badge.capped ? `${badge.unread}+` : String(badge.unread);
+    this.count.textContent = badge.unread ? shown : "";
+    this.count.dataset.unseen = String(badge.unseen);
+    this.count.classList.toggle("tdg-badge--unseen", badge.unseen > 0);
+    this.count.hidden = badge.unread === 0;
+    const label = `Notifications: ${shown} unread, ${badge.unseen}${badge.capped ? "+" : ""} new`;
+    this.bell.setAttribute("aria-label", label);
+    this.bell.setAttribute("aria-expanded", String(this.open));
+    if (this.announce.textContent !== label) this.announce.textContent = label;
+    this.bell.dataset.unread = String(badge.unread);
+    this.summary.textContent = badge.unread ? `${shown} unread` : "";
+    this.readAll.disabled = badge.unread === 0;
+    this.liveDot.dataset.state = this.live;
+    this.liveDot.title = { stream: "Live", polling: "Live (polling)", connecting: "Connecting…" }[this.live] ?? "";
+    this.panel.hidden = !this.open;
+    const items = this.model.items();
+    this.empty.hidden = items.length > 0;
+    this.list.setAttribute("aria-busy", String(this.loadingOlder));
+    const focusedId = document.activeElement?.closest?.("li")?.dataset.id;
+    const existing = new Map([...this.list.children].map((li) => [li.dataset.id, li]));
+    const next = items.map((item, index) => {
+      const li = existing.get(String(item.id)) ?? this.itemNode(item);
+      this.updateItem(li, item, index + 1, items.length);
+      return li;
+    });
+    if (next.length !== this.list.children.length || next.some((li, i) => this.list.children[i] !== li)) {
+      this.list.replaceChildren(...next);
+      if (focusedId) this.list.querySelector(`li[data-id="${focusedId}"]`)?.focus();
+    }
+    this.sentinel.hidden = !this.model.nextBefore;
+  }
+
+  itemNode(item) {
+    const { el } = this;
+    const titleId = `tdg-item-${item.id}-${Math.random().toString(36).slice(2, 7)}`;
+    const button = el("button", { class: "tdg-mark", type: "button", tabindex: "-1" }, "Mark read");
+    button.addEventListener("click", (e) => {
+      e.stopPropagation();
+      this.markRead(item.id);
+    });
+    const li = el(
+      "li",
+      { class: "tdg-item", tabindex: "0", role: "article", "aria-labelledby": titleId, "data-id": String(item.id) },
+      el("span", { class: "tdg-avatar", "aria-hidden": "true" }, initials(item)),
+      el(
+        "div",
+        { class: "tdg-body" },
+        el("p", { class: "tdg-title", id: titleId }, describe(item)),
+        el("p", { class: "tdg-meta" }, el("time", { datetime: item.created_at }, relativeTime(item.created_at)), " · ", meta(item)),
+      ),
+      button,
+    );
+    li.addEventListener("click", () => this.markRead(item.id));
+    return li;
+  }
+
+  updateItem(li, item, position, size) {
+    li.classList.toggle("tdg-item--unread", !item.read);
+    li.classList.toggle("tdg-item--unseen", !item.seen);
+    li.setAttribute("aria-posinset", String(position));
+    li.setAttribute("aria-setsize", this.model.nextBefore ? "-1" : String(size));
+    li.dataset.read = String(item.read);
+    const mark = li.querySelector(".tdg-mark");
+    mark.hidden = item.read;
+    mark.setAttribute("aria-label", `Mark "${describe(item)}" as read`);
+  }
+}
+
+function describe(item) {
+  if (item.subject) return item.subject;
+  const text = typeof item.payload?.text === "string" ? item.payload.text : null;
+  const verb = item.type.replace(/[._-]+/g, " ");
+  const who = item.actor_id ?? "Someone";
+  const what = item.object_id ? ` on ${item.object_id}` : "";
+  return text ? `${who}: ${text}` : `${who} · ${verb}${what}`;
+}
+
+function meta(item) {
+  return item.source === "alert" ? item.type : `${item.team_id ?? ""} · ${item.type}`;
+}
+
+function initials(item) {
+  const name = item.actor_id ?? (item.source === "alert" ? "!" : "?");
+  return name.slice(0, 2).toUpperCase();
+}
+
+function relativeTime(iso) {
+  const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
+  const units = [["year", 31536000], ["month", 2592000], ["day", 86400], ["hour", 3600], ["minute", 60]];
+  const format = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  for (const [unit, size] of units) {
+    if (Math.abs(seconds) >= size) return format.format(-Math.round(seconds / size), unit);
+  }
+  return "just now";
+}
+
+function bellIcon() {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.innerHTML =
+    '<path d="M12 22a2.5 2.5 0 0 0 2.45-2h-4.9A2.5 2.5 0 0 0 12 22Zm7-6V11a7 7 0 0 0-5.5-6.84V3.5a1.5 1.5 0 0 0-3 0v.66A7 7 0 0 0 5 11v5l-2 2v1h18v-1Z"/>';
+  return svg;
+}
