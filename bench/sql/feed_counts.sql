@@ -4,8 +4,10 @@
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
 -- source-fn: tidings_server::store::feed::counts_sql()
 WITH 
-snap AS MATERIALIZED (
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+horizon AS MATERIALIZED (
+    SELECT CASE WHEN pg_is_in_recovery()
+                THEN least($7::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint)
+                ELSE $7::bigint END AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
@@ -21,14 +23,14 @@ tops AS MATERIALIZED (
         SELECT e.tx, e.id FROM events e
         WHERE e.tenant_id = $1 AND e.team_id = t.team_id
           AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-          AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+          AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
         ORDER BY e.tx DESC, e.id DESC
         LIMIT 1
     ) e)
     UNION ALL
     (SELECT NULL::text, i.tx, i.id FROM inbox_items i
      WHERE i.tenant_id = $1 AND i.recipient_id = $2
-       AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+       AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
      ORDER BY i.tx DESC, i.id DESC
      LIMIT 1)
 ),
@@ -54,7 +56,7 @@ team_floors AS MATERIALIZED (
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
-      AND (r.tx, r.item_id) < ((SELECT xmin FROM snap), 0::bigint)
+      AND (r.tx, r.item_id) < ((SELECT tx FROM horizon), 0::bigint)
       AND (EXISTS (SELECT 1 FROM events e JOIN teams t ON t.team_id = e.team_id
                    WHERE e.tenant_id = $1 AND e.id = r.item_id
                      AND (e.tx, e.id) > (t.joined_tx, t.joined_id))
@@ -70,7 +72,7 @@ unseen_scan AS MATERIALIZED (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
             LIMIT (SELECT n FROM budget)
         ) e
@@ -80,7 +82,7 @@ unseen_scan AS MATERIALIZED (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
             LIMIT (SELECT n FROM budget)
         ) i)
@@ -93,7 +95,7 @@ unread_scan AS MATERIALIZED (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
             LIMIT (SELECT n FROM budget)
         ) e
@@ -103,7 +105,7 @@ unread_scan AS MATERIALIZED (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
             LIMIT (SELECT n FROM budget)
         ) i)

@@ -1,12 +1,15 @@
 -- GET /v1/feed?before=…: the one statement a deeper page runs, as
 -- server/src/store/feed.rs composes it (read_feed, newest first below a cursor).
 -- Parameters: $1 tenant, $2 user, $3-$5 the user's teams (team_id, joined_tx,
--- joined_id), $6 badge cap + 1, $7/$8 after, $9/$10 before, $11 limit + 1.
+-- joined_id), $6 badge cap + 1, $7/$8 after, $9/$10 before, $11 limit + 1,
+-- $12 the tenant's horizon.
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
 -- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::Before)
 WITH 
-snap AS MATERIALIZED (
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+horizon AS MATERIALIZED (
+    SELECT CASE WHEN pg_is_in_recovery()
+                THEN least($12::bigint, pg_snapshot_xmin(pg_current_snapshot())::text::bigint)
+                ELSE $12::bigint END AS tx
 ),
 teams AS MATERIALIZED (
     SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS t (team_id, joined_tx, joined_id)
@@ -22,14 +25,14 @@ tops AS MATERIALIZED (
         SELECT e.tx, e.id FROM events e
         WHERE e.tenant_id = $1 AND e.team_id = t.team_id
           AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-          AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+          AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
         ORDER BY e.tx DESC, e.id DESC
         LIMIT 1
     ) e)
     UNION ALL
     (SELECT NULL::text, i.tx, i.id FROM inbox_items i
      WHERE i.tenant_id = $1 AND i.recipient_id = $2
-       AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+       AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
      ORDER BY i.tx DESC, i.id DESC
      LIMIT 1)
 ),
@@ -55,7 +58,7 @@ team_floors AS MATERIALIZED (
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
-      AND (r.tx, r.item_id) < ((SELECT xmin FROM snap), 0::bigint)
+      AND (r.tx, r.item_id) < ((SELECT tx FROM horizon), 0::bigint)
       AND (EXISTS (SELECT 1 FROM events e JOIN teams t ON t.team_id = e.team_id
                    WHERE e.tenant_id = $1 AND e.id = r.item_id
                      AND (e.tx, e.id) > (t.joined_tx, t.joined_id))
@@ -71,7 +74,7 @@ unseen_scan AS MATERIALIZED (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
             LIMIT (SELECT n FROM budget)
         ) e
@@ -81,7 +84,7 @@ unseen_scan AS MATERIALIZED (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
             LIMIT (SELECT n FROM budget)
         ) i)
@@ -94,7 +97,7 @@ unread_scan AS MATERIALIZED (
             SELECT 1 FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
               AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
             LIMIT (SELECT n FROM budget)
         ) e
@@ -104,7 +107,7 @@ unread_scan AS MATERIALIZED (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT xmin FROM snap), 0::bigint)
+              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
             LIMIT (SELECT n FROM budget)
         ) i)
@@ -127,9 +130,9 @@ badges AS MATERIALIZED (
     ) ur
 ), 
 bounds AS MATERIALIZED (
-    SELECT CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN s.xmin ELSE $9 END AS hi_tx,
-           CASE WHEN (s.xmin, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
-    FROM snap s
+    SELECT CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN h.tx ELSE $9 END AS hi_tx,
+           CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
+    FROM horizon h
 ),
 page_teams AS MATERIALIZED (
     SELECT t.team_id,

@@ -28,7 +28,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: the database answers and the schema is current. */
+        /**
+         * Readiness: the database answers, the schema is current, and this
+         *     instance's LISTEN connections are up (or were down only briefly).
+         */
         get: operations["health.ready"];
         put?: never;
         post?: never;
@@ -84,6 +87,26 @@ export interface paths {
         post?: never;
         /** Revoke an API key. Takes effect at once on this instance and within seconds on others. */
         delete: operations["admin.key.revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set how long this tenant's feed (events and in-app items) is kept; the
+         *     retention purge deletes older items within its next rounds.
+         */
+        put: operations["admin.tenant.retention"];
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -351,6 +374,75 @@ export interface paths {
          *     not in this user's feed.
          */
         post: operations["feed.items.mark_read"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/feed/stream-tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a stream ticket.
+         * @description For `EventSource`, which cannot send an `Authorization` header: pass
+         *     the ticket as `GET /v1/feed/stream?ticket=…`. Single use, valid for 60
+         *     seconds (`TIDINGS_STREAM_TICKET_TTL_SECS`), never logged.
+         */
+        post: operations["feed.stream_tickets.create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/feed/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream the feed live (Server-Sent Events).
+         * @description `text/event-stream`, for `EventSource` or any SSE client. The same
+         *     items as `GET /v1/feed`, in position order, each once: an item is sent
+         *     only when every feed write below it has ended, and the positions sent
+         *     on one stream strictly increase. Events (data: JSON):
+         *
+         *     - `item`: a feed item exactly as `GET /v1/feed` returns it
+         *     ([FeedItemOut](#/components/schemas/FeedItemOut)); its SSE `id` is
+         *     its cursor.
+         *     - `marks`: the user's watermarks and badge counts
+         *     ([WatermarksOut](#/components/schemas/WatermarksOut)), whenever they
+         *     or an item's read state change, from any tab, device or instance.
+         *     - `membership`: `{team_id, removed: true}`
+         *     ([MembershipEventOut](#/components/schemas/MembershipEventOut)): the
+         *     user left the team; drop its items.
+         *     - `reset` ([ResetEventOut](#/components/schemas/ResetEventOut)): always
+         *     the last event; refetch the feed, then open a new stream with
+         *     `after` = the refetched head. Sent when the resume cursor cannot be
+         *     used, when the client reads too slowly, when the user opened too
+         *     many streams (the oldest closes), after the user joined a team, and
+         *     when the server shuts down.
+         *     - a comment line (`:`) every 15 seconds as a heartbeat.
+         *
+         *     Resume: `Last-Event-ID` (sent by `EventSource` on reconnect) or
+         *     `after` replays every item after that cursor, then goes live, with no
+         *     gap and no duplicate. Without either, only new items are sent.
+         *     Authentication: a user token, or `?ticket=` from
+         *     `POST /v1/feed/stream-tickets`. 503 with `Retry-After` when this
+         *     instance holds its maximum number of streams.
+         */
+        get: operations["feed.stream"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -831,10 +923,38 @@ export interface components {
             /** @description True when a count passed 1,000 (show "1000+"). */
             counts_capped: boolean;
         };
+        /**
+         * FeedRetentionIn
+         * @description How long a tenant's feed is kept.
+         */
+        FeedRetentionIn: {
+            /**
+             * Format: int64
+             * @description Seconds the tenant's events and in-app feed items are kept (at least 1);
+             *     `null` or absent: the server's `TIDINGS_RETENTION_FEED_SECS` (unset there:
+             *     forever). A feed cursor older than this pages to the end of the feed.
+             */
+            feed_retention_secs?: number | null;
+        };
+        /** FeedRetentionOut */
+        FeedRetentionOut: {
+            /** Format: uuid */
+            tenant_id: string;
+            /**
+             * Format: int64
+             * @description The tenant's own setting; `null`: the server's default.
+             */
+            feed_retention_secs: number | null;
+        };
         /** HealthOut */
         HealthOut: {
             /** @description `ok`, or what is not ready yet. */
             status: string;
+            /**
+             * @description Readiness only, when not ready: the check that failed, `database`,
+             *     `migrations` or `listen`.
+             */
+            check: string | null;
             /**
              * @description Readiness only, when hot standbys are configured: each standby's state.
              *     A standby out of rotation does not make the server unready (its reads
@@ -897,6 +1017,15 @@ export interface components {
              */
             next_cursor: string | null;
         };
+        /**
+         * MembershipEventOut
+         * @description Data of a `membership` event: the user left this team; drop its items.
+         */
+        MembershipEventOut: {
+            team_id: string;
+            /** @description Always true. */
+            removed: boolean;
+        };
         /** NotificationOut */
         NotificationOut: {
             recipient_id: string;
@@ -934,6 +1063,13 @@ export interface components {
             detail?: string;
             /** @description Stable machine-readable code, e.g. `invalid_cursor`. */
             code: string;
+            /**
+             * @description This occurrence: `urn:tidings:request:<id>`, where `<id>` is the
+             *     request's `X-Request-Id` (the one sent, or the one the server made up
+             *     and answered with). Quote it when reporting a problem: the server's log
+             *     lines of the request carry the same id.
+             */
+            instance: string | null;
         };
         /**
          * ReadsOut
@@ -966,6 +1102,19 @@ export interface components {
              */
             primary_after_standby_error: number;
         };
+        /**
+         * ResetEventOut
+         * @description Data of a `reset` event, always the stream's last: refetch the feed, then
+         *     open a new stream (`after` = the refetched head).
+         */
+        ResetEventOut: {
+            reason: components["schemas"]["ResetReasonOut"];
+        };
+        /**
+         * @description Why the stream ends with `reset`.
+         * @enum {string}
+         */
+        ResetReasonOut: "invalid_cursor" | "too_far_behind" | "slow_consumer" | "superseded" | "resync" | "shutdown";
         /** SigningSecretOut */
         SigningSecretOut: {
             /**
@@ -998,6 +1147,21 @@ export interface components {
             lag_ms?: number;
             /** @description Why it is `down`. */
             error?: string;
+        };
+        /**
+         * @description The data of the stream's events, by SSE event name: `item`
+         *     (`FeedItemOut`, with `id:` its cursor), `marks` (`WatermarksOut`),
+         *     `membership` (`MembershipEventOut`) and `reset` (`ResetEventOut`).
+         */
+        StreamEventOut: components["schemas"]["FeedItemOut"] | components["schemas"]["WatermarksOut"] | components["schemas"]["MembershipEventOut"] | components["schemas"]["ResetEventOut"];
+        /**
+         * StreamTicketOut
+         * @description A stream ticket: pass it as `?ticket=` within a minute, once.
+         */
+        StreamTicketOut: {
+            ticket: string;
+            /** Format: date-time */
+            expires_at: string;
         };
         /**
          * TenantCreatedOut
@@ -1306,7 +1470,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1415,7 +1579,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1523,7 +1687,120 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedRetentionIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `FeedRetentionOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedRetentionOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1634,7 +1911,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1741,7 +2018,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1850,7 +2127,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1969,7 +2246,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2077,7 +2354,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2191,7 +2468,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2311,7 +2588,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2431,7 +2708,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2551,7 +2828,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2661,7 +2938,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2779,7 +3056,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2897,7 +3174,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3014,7 +3291,227 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "feed.stream_tickets.create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Created: a `StreamTicketOut`. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamTicketOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "feed.stream": {
+        parameters: {
+            query?: {
+                /** @description Resume after this cursor (the last `id` received). */
+                after?: string;
+            };
+            header?: {
+                /** @description Set by `EventSource` on reconnect; wins over `after`. */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["StreamEventOut"][];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3136,7 +3633,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3245,7 +3742,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3358,7 +3855,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3467,7 +3964,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3576,7 +4073,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3689,7 +4186,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3796,7 +4293,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3903,7 +4400,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4014,7 +4511,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4123,7 +4620,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4230,7 +4727,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4339,7 +4836,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable; retry later. */
+            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
