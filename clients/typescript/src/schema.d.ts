@@ -954,7 +954,7 @@ export interface components {
              * @description Readiness only, when not ready: the check that failed, `database`,
              *     `migrations` or `listen`.
              */
-            check: string | null;
+            check?: string;
             /**
              * @description Readiness only, when hot standbys are configured: each standby's state.
              *     A standby out of rotation does not make the server unready (its reads

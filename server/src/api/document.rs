@@ -70,6 +70,7 @@ pub fn publish(generated: &str) -> Result<String, serde_json::Error> {
 const OMITTED_WHEN_ABSENT: &[(&str, &str)] = &[
     ("Problem", "detail"),
     ("FeedItemOut", "subject"),
+    ("HealthOut", "check"),
     ("HealthOut", "standbys"),
     ("HealthOut", "reads"),
     ("StandbyOut", "lag_ms"),
