@@ -118,6 +118,11 @@ impl SseStream {
                 self.comments += 1;
                 continue;
             }
+            // The blank line that ends the block is no field: without this a
+            // heartbeat comment (`:\n\n`) would read as an empty message.
+            if line.is_empty() {
+                continue;
+            }
             let (name, value) = line.split_once(':').unwrap_or((line, ""));
             let value = value.strip_prefix(' ').unwrap_or(value);
             fields += 1;
