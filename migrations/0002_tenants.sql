@@ -1,4 +1,4 @@
--- Tenants and their credentials (DESIGN.md invariant 9: tenant and user come from
+-- Tenants and their credentials (ARCHITECTURE.md, invariant 9: tenant and user come from
 -- the credential, never from a request body).
 
 CREATE TABLE tenants (

@@ -1,4 +1,4 @@
--- The outbox (DESIGN.md invariant 6): one delivery per notification and target,
+-- The outbox (ARCHITECTURE.md, invariant 6): one delivery per notification and target,
 -- written in the alert's transaction, drained by workers that claim with
 -- FOR UPDATE SKIP LOCKED and deliver outside any transaction.
 --
