@@ -1,5 +1,5 @@
 -- The activity feed: events stored once per team, feeds computed at read time by
--- joining memberships (DESIGN.md invariants 1-3).
+-- joining memberships (ARCHITECTURE.md, invariants 1-3).
 --
 -- Positions: every feed item has (tx, id) where tx is the id of the transaction
 -- that wrote it (xid8 as bigint; 64 bits, never wraps) and id comes from the one

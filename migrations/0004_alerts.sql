@@ -1,4 +1,4 @@
--- Transactional alerts: fan-out on write (DESIGN.md invariants 4-8).
+-- Transactional alerts: fan-out on write (ARCHITECTURE.md, invariants 4-8).
 
 -- Contact data for recipients.
 CREATE TABLE users (

@@ -1,4 +1,4 @@
--- Outbox workers (DESIGN.md invariant 6): one index for everything a worker claims.
+-- Outbox workers (ARCHITECTURE.md, invariant 6): one index for everything a worker claims.
 --
 -- A claim sets status 'sending' and claimed_until = next_attempt_at = the end of
 -- the lease. So for a row in 'sending', next_attempt_at is when it becomes due

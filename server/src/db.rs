@@ -91,6 +91,10 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 /// unchanged, so a database that applied the old text takes the new checksum
 /// instead of refusing to start.
 const COMMENT_REWRITES: &[(i64, &str)] = &[
+    (1, "37207d564f2a12cc66b7e2a93bade9a33cc4d80fca7d563f8d5e6643b2ece370c83bf8bab1402456494bd129605e8663"),
+    (3, "541056d311bb1838cdd5d96ec89c54b265c8c6ca78270f1c50b4939d5e961014a0903d5ee17bb644c39ecd6bd3bd33df"),
+    (4, "ddec23235ac7661551ce012a75579d9df0f5ee4c119624f970b67cfc5d8f65e8d23fae6d57b9fca6c1ba7c079ab62713"),
+    (7, "45b3470d2840b66db3cc5943a6e87368dd98e3ebc59a64d1c6980b12795beb0cfea951163c6760fac93b9f5ea4b8ce01"),
     (2, "dc0fd734a392e07f891171cd7a244214e71c6e2492ecf97dcab52bf4aabe5a811a24bb2d5db985d622a942b26ac01c15"),
     (5, "7cab53e64e6d2934504226914256285ee69b29666115627485df038d7d9694035db1c86428b1de8e2bf8e4b5cc8a945d"),
 ];
