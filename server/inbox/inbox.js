@@ -500,7 +500,7 @@ class Inbox {
     const li = el(
       "li",
       { class: "tdg-item", tabindex: "0", role: "article", "aria-labelledby": titleId, "data-id": String(item.id) },
-      el("span", { class: "tdg-avatar", "aria-hidden": "true" }, initials(item)),
+      el("span", { class: "tdg-avatar", "aria-hidden": "true", style: `--tdg-hue: ${hue(item)}` }, initials(item)),
       el(
         "div",
         { class: "tdg-body" },
@@ -541,6 +541,14 @@ function meta(item) {
 function initials(item) {
   const name = item.actor_id ?? (item.source === "alert" ? "!" : "?");
   return name.slice(0, 2).toUpperCase();
+}
+
+/** A stable hue for the item's actor (alerts share one). */
+function hue(item) {
+  const name = item.actor_id ?? item.type;
+  let h = 0;
+  for (const c of name) h = (h * 31 + c.codePointAt(0)) % 360;
+  return h;
 }
 
 function relativeTime(iso) {

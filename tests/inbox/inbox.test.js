@@ -153,6 +153,9 @@ test('the page shows a seeded feed, newest first, styled by read state, and scro
   await page.waitForFunction(() => document.querySelector('.tdg-bell').dataset.unread === '19');
   await settled(page);
   assert.equal((await t.counts()).unread, 19);
+  // The README's picture (docs/inbox.png is a copy): read and unread items.
+  await page.evaluate(() => { document.activeElement.blur(); window.scrollTo(0, 0); });
+  await page.screenshot({ path: path.join(SHOTS, 'readme.png'), clip: { x: 40, y: 0, width: 640, height: 560 } });
   assert.deepEqual(page.errors, []);
   await page.close();
 });
