@@ -101,6 +101,9 @@ pub enum ApiError {
     },
     #[error("request body exceeds the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive within the body timeout (TIDINGS_HTTP_BODY_TIMEOUT_SECS).
+    #[error("request body not received within {secs} s")]
+    BodyTimeout { secs: u64 },
     /// Well-formed but semantically invalid (e.g. idempotency key reused with another body).
     #[error("{detail}")]
     Unprocessable { code: &'static str, detail: String },
@@ -155,6 +158,7 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable | ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -170,6 +174,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => "unauthorized",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::Unavailable => "unavailable",
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::Internal(_) => "internal",
@@ -248,6 +253,10 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
         "The credential is valid but of the wrong kind for this endpoint.",
     ),
     (404, "The resource does not exist in this tenant."),
+    (
+        408,
+        "The request body did not arrive within the body timeout; the connection is closed.",
+    ),
     (
         409,
         "Conflicts with a request still in flight; see Retry-After.",
