@@ -97,7 +97,9 @@ private_pg_dir() {
 
 # A PostgreSQL server for tests and benchmarks. Uses TIDINGS_TEST_DATABASE_URL
 # when set, the machine's server on 127.0.0.1:5432 when it answers, and otherwise
-# starts a private one in private_pg_dir test-pg (port 55432).
+# starts a private one in private_pg_dir test-pg (port 25432).
+# Private servers listen below 32768, outside Linux's ephemeral port range
+# (32768-60999), which outgoing connections draw from under load.
 ensure_test_postgres() {
   ensure_postgres_binaries
   if [ -n "${TIDINGS_TEST_DATABASE_URL:-}" ]; then return 0; fi
@@ -118,17 +120,17 @@ ensure_test_postgres() {
   fi
   local dir bin
   bin=$(pg_bin_dir)
-  if ! pg_isready -q -h 127.0.0.1 -p 55432; then
+  if ! pg_isready -q -h 127.0.0.1 -p 25432; then
     dir=$(private_pg_dir test-pg) || return 1
     if [ ! -f "$dir/data/PG_VERSION" ]; then
       log "initialising a private PostgreSQL in $dir"
       as_pg_user "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
     fi
-    log "starting the private PostgreSQL on 127.0.0.1:55432"
+    log "starting the private PostgreSQL on 127.0.0.1:25432"
     as_pg_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
-      -o "-p 55432 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300" start >/dev/null
+      -o "-p 25432 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300" start >/dev/null
   fi
-  export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:55432/postgres
+  export TIDINGS_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:25432/postgres
 }
 
 # NATS with JetStream on 127.0.0.1:4222 (or TIDINGS_TEST_NATS_URL).

@@ -55,7 +55,7 @@ struct Args {
     #[arg(
         long,
         env = "BENCH_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:55433/postgres"
+        default_value = "postgres://postgres@127.0.0.1:25433/postgres"
     )]
     pg_url: String,
     /// The `tidings` binary to benchmark.

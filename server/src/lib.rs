@@ -25,6 +25,7 @@ pub mod http_server;
 pub mod idempotency;
 pub mod instruments;
 pub mod json_nul;
+pub mod limits;
 pub mod listen;
 pub mod nats_inbox;
 pub mod outbox;

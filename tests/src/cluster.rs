@@ -4,7 +4,7 @@
 //!
 //! Two clusters, so that breaking one never disturbs the other's tests:
 //! [`Cluster::shared`] (never broken on purpose) on `TIDINGS_TEST_CLUSTER_PORT`
-//! (default 55460) to +3, and [`Cluster::for_failures`] (standbys stopped,
+//! (default 25460) to +3, and [`Cluster::for_failures`] (standbys stopped,
 //! paused and promoted, then repaired by `scripts/cluster up`) on +4 to +7.
 
 use std::{path::PathBuf, process::Command, time::Duration};
@@ -23,7 +23,7 @@ fn base_port() -> u16 {
     std::env::var("TIDINGS_TEST_CLUSTER_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
-        .unwrap_or(55460)
+        .unwrap_or(25460)
 }
 
 fn script() -> PathBuf {

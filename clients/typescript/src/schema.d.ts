@@ -92,6 +92,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/rate-limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A tenant's rate limits: its own where set, else the server's defaults. */
+        get: operations["admin.tenant.rate_limits.get"];
+        /**
+         * Set a tenant's own rate limits.
+         * @description Replaces the tenant's own rates: buckets left out take the server's
+         *     defaults again. Every instance enforces them within seconds (the
+         *     instance that answers, at once); a bucket whose rate changes starts full.
+         */
+        put: operations["admin.tenant.rate_limits.set"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant_id}/retention": {
         parameters: {
             query?: never;
@@ -1072,6 +1095,35 @@ export interface components {
             instance: string | null;
         };
         /**
+         * RateIn
+         * @description One token bucket: `per_second` tokens added per second (0: unlimited), at
+         *     most `burst` held; each request takes one.
+         */
+        RateIn: {
+            /**
+             * Format: double
+             * @description Tokens added per second, 0 to 1,000,000; 0: unlimited.
+             */
+            per_second: number;
+            /**
+             * Format: uint32
+             * @description Most tokens held, 1 to 1,000,000: the requests a client may send at once.
+             */
+            burst: number;
+        };
+        /**
+         * RateOut
+         * @description A bucket's rate as it is enforced.
+         */
+        RateOut: {
+            /** Format: double */
+            per_second: number;
+            /** Format: uint32 */
+            burst: number;
+            /** @description True: the tenant's own rate; false: the server's default. */
+            own: boolean;
+        };
+        /**
          * ReadsOut
          * @description Counts of reads that may be served by a standby, by where they went.
          */
@@ -1184,6 +1236,39 @@ export interface components {
         TenantIn: {
             /** @description A display name, 1–255 bytes. */
             name: string;
+        };
+        /**
+         * TenantRateLimitsIn
+         * @description A tenant's own rates. A bucket left out (or `null`) takes the server's
+         *     default (`TIDINGS_RATE_*`); the whole set is replaced.
+         */
+        TenantRateLimitsIn: {
+            /** @description POST /v1/events, /v1/events/batch and /v1/alerts, per tenant. */
+            writes?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), all the tenant's users together. */
+            reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), per user. */
+            user_reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description GET /v1/feed/stream and POST /v1/feed/stream-tickets, per tenant. */
+            stream_connects?: components["schemas"]["RateIn"] | (never | null);
+            /** @description The same, per user. */
+            user_stream_connects?: components["schemas"]["RateIn"] | (never | null);
+        };
+        /**
+         * TenantRateLimitsOut
+         * @description The rates a tenant's requests are held to, on each instance (buckets are
+         *     per instance).
+         */
+        TenantRateLimitsOut: {
+            /** Format: uuid */
+            tenant_id: string;
+            writes: components["schemas"]["RateOut"];
+            reads: components["schemas"]["RateOut"];
+            user_reads: components["schemas"]["RateOut"];
+            stream_connects: components["schemas"]["RateOut"];
+            user_stream_connects: components["schemas"]["RateOut"];
+            /** @description Whether this server enforces rate limits at all (`TIDINGS_RATE_LIMITS`). */
+            enforced: boolean;
         };
         /** TokensRevokedOut */
         TokensRevokedOut: {
@@ -1316,7 +1401,12 @@ export interface components {
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description Each bucket's state after this request, e.g. `"user_reads";r=59;t=1`: `r` tokens left, full again in `t` seconds. */
+        RateLimit: string;
+        /** @description The rate limits this request counted against (IETF httpapi ratelimit-headers draft), one per bucket, e.g. `"user_reads";q=60;w=3, "reads";q=2000;w=2`: `q` tokens at most, refilled in `w` seconds. */
+        RateLimitPolicy: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1444,7 +1534,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1479,7 +1569,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1562,7 +1652,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1597,7 +1687,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1679,7 +1769,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1714,7 +1804,247 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.set": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantRateLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1801,7 +2131,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1836,7 +2166,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1921,7 +2251,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1956,7 +2286,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2037,7 +2367,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2072,7 +2402,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2155,7 +2485,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2190,7 +2520,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2283,7 +2613,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2318,7 +2648,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2400,7 +2730,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2435,7 +2765,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2523,7 +2853,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2558,7 +2888,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2587,6 +2917,8 @@ export interface operations {
             /** @description A retry: this idempotency key already stored this same event. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2596,6 +2928,8 @@ export interface operations {
             /** @description Stored. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2652,7 +2986,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2687,7 +3021,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2716,6 +3063,8 @@ export interface operations {
             /** @description Every event was a retry of an earlier one (by idempotency key). */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2725,6 +3074,8 @@ export interface operations {
             /** @description At least one event was stored. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2781,7 +3132,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2816,7 +3167,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2854,6 +3218,8 @@ export interface operations {
             /** @description OK: a `FeedOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2910,7 +3276,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2945,7 +3311,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2973,6 +3352,8 @@ export interface operations {
             /** @description OK: a `CountsOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3029,7 +3410,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3064,7 +3445,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3100,6 +3494,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3156,7 +3552,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3191,7 +3587,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3227,6 +3636,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3283,7 +3694,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3318,7 +3729,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3353,6 +3777,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3409,7 +3835,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3444,7 +3870,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3469,6 +3908,8 @@ export interface operations {
             /** @description Created: a `StreamTicketOut`. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3525,7 +3966,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3560,7 +4001,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3591,6 +4045,8 @@ export interface operations {
             /** @description OK. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3647,7 +4103,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3682,7 +4138,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3722,6 +4191,8 @@ export interface operations {
                      *     same Idempotency-Key.
                      */
                     "Idempotency-Replayed"?: "true";
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3778,7 +4249,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3813,7 +4284,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3896,7 +4380,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3931,7 +4415,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4018,7 +4502,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4053,7 +4537,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4136,7 +4620,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4171,7 +4655,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4254,7 +4738,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4289,7 +4773,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4376,7 +4860,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4411,7 +4895,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4492,7 +4976,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4527,7 +5011,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4608,7 +5092,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4643,7 +5127,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4728,7 +5212,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4763,7 +5247,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4846,7 +5330,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4881,7 +5365,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4962,7 +5446,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4997,7 +5481,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -5080,7 +5564,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -5115,7 +5599,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
