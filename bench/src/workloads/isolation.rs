@@ -7,9 +7,11 @@
 //! (aim: none).
 //!
 //! The flood runs against a server of its own with the production defaults
-//! (rate limits on), then against the bench's main server, which runs with
-//! rate limits off, so only the pool share and the session timeouts stand
-//! between A and B there. B's reader is one user; tenant B is given its own
+//! (rate limits on); on the same server with tenant A held to its own limits
+//! of 50 writes and 50 reads per second (set through the admin API, as an
+//! operator would for a tenant on a small plan); and against the bench's main
+//! server, which runs with rate limits off, so only the pool share and the
+//! session timeouts stand between A and B there. B's reader is one user; tenant B is given its own
 //! per-user read rate through the admin API (B's rate is far above one
 //! person's), which is also how an operator would do it.
 
@@ -30,6 +32,9 @@ use crate::{
 
 /// B's steady feed reads per second.
 const B_RATE: f64 = 100.0;
+/// Tenant A's own limits in the third run: a tenant held to a plan well below
+/// what the machine serves (writes and reads per second, burst one second).
+const A_CAPPED: f64 = 50.0;
 /// Entities A's alerts are spread over: a few, so that some of them meet on
 /// an entity's lock as a burst of one customer's alerts would.
 const A_ENTITIES: usize = 8;
@@ -134,29 +139,56 @@ async fn under_flood(ctx: &Ctx, r: &Requests) -> anyhow::Result<(Measure, Vec<Me
     Ok((b?, vec![alerts?, events?, feed?]))
 }
 
-async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow::Result<()> {
-    // Tenant B's own per-user read rate (its reader is far busier than a person).
+/// Sets a bench tenant's own rate limits through the admin API.
+async fn set_rates(ctx: &Ctx, server: &Tidings, tenant: i64, rates: Value) -> anyhow::Result<()> {
     ctx.http
-        .put(limited.url(&format!("/v1/admin/tenants/{}/rate-limits", tenant_uuid(1))))
+        .put(server.url(&format!(
+            "/v1/admin/tenants/{}/rate-limits",
+            tenant_uuid(tenant)
+        )))
         .bearer_auth(ADMIN_TOKEN)
-        .json(
-            &json!({"user_reads": {"per_second": B_RATE * 10.0, "burst": (B_RATE * 10.0) as u32}}),
-        )
+        .json(&rates)
         .send()
         .await?
         .error_for_status()
-        .context("setting tenant B's rate limits")?;
+        .with_context(|| format!("setting tenant {tenant}'s rate limits"))?;
+    Ok(())
+}
+
+async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow::Result<()> {
+    // Tenant B's own per-user read rate (its reader is far busier than a person).
+    let b_user = B_RATE * 10.0;
+    set_rates(
+        ctx,
+        limited,
+        1,
+        json!({"user_reads": {"per_second": b_user, "burst": b_user as u32}}),
+    )
+    .await?;
+    let capped = json!({"per_second": A_CAPPED, "burst": A_CAPPED as u32});
     let on_limited = requests(ctx, limited).await?;
     let on_main = requests(ctx, &ctx.server).await?;
 
-    let (mut quiet, mut flood, mut flood_unlimited) = (vec![], vec![], vec![]);
-    let (mut a_limited, mut a_unlimited) = (vec![], vec![]);
+    let (mut quiet, mut flood, mut flood_capped, mut flood_unlimited) =
+        (vec![], vec![], vec![], vec![]);
+    let (mut a_limited, mut a_capped, mut a_unlimited) = (vec![], vec![], vec![]);
     for rep in 0..ctx.tier.reps {
         eprintln!("  isolation rep {}/{}", rep + 1, ctx.tier.reps);
         quiet.push(ctx.at_rate(&on_limited.b_feed, B_RATE).await?);
         let (b, a) = under_flood(ctx, &on_limited).await?;
         flood.push(b);
         a_limited.push(a);
+        set_rates(
+            ctx,
+            limited,
+            0,
+            json!({"writes": capped, "reads": capped, "user_reads": capped}),
+        )
+        .await?;
+        let (b, a) = under_flood(ctx, &on_limited).await?;
+        flood_capped.push(b);
+        a_capped.push(a);
+        set_rates(ctx, limited, 0, json!({})).await?;
         let (b, a) = under_flood(ctx, &on_main).await?;
         flood_unlimited.push(b);
         a_unlimited.push(a);
@@ -173,6 +205,14 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
         Some(0.5),
         &p99(&quiet),
         &p99(&flood),
+    ));
+    w.ratios.push(Ratio::new(
+        "isolation: B's feed p99 quiet ÷ under A's flood, A held to 50/s",
+        "B p99 quiet",
+        "B p99 while A floods (A's own limits 50/s)",
+        Some(0.5),
+        &p99(&quiet),
+        &p99(&flood_capped),
     ));
     w.aims.push(Aim::below(
         "B's errors while A floods (limits on)",
@@ -232,6 +272,8 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
             name.to_string(),
             rate(&a_limited, |m| m.requests_per_sec),
             rate(&a_limited, |m| m.errors / m.seconds),
+            rate(&a_capped, |m| m.requests_per_sec),
+            rate(&a_capped, |m| m.errors / m.seconds),
             rate(&a_unlimited, |m| m.requests_per_sec),
             rate(&a_unlimited, |m| m.errors / m.seconds),
         ]);
@@ -241,8 +283,10 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
     w.figure("b_rate", B_RATE);
     w.figure("b_quiet", &quiet);
     w.figure("b_flood", &flood);
+    w.figure("b_flood_capped", &flood_capped);
     w.figure("b_flood_unlimited", &flood_unlimited);
     w.figure("a_flood", &a_limited);
+    w.figure("a_flood_capped", &a_capped);
     w.figure("a_flood_unlimited", &a_unlimited);
     let (path, file) = ctx.plot_path("isolation");
     plot(&path, &w.figures)?;
@@ -262,8 +306,9 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     };
     let series = [
         ("quiet", "b_quiet", plots::BLUE),
-        ("A floods, limits on", "b_flood", plots::ORANGE),
-        ("A floods, limits off", "b_flood_unlimited", plots::RED),
+        ("A floods (defaults)", "b_flood", plots::ORANGE),
+        ("A held to 50/s", "b_flood_capped", plots::GREEN),
+        ("rate limits off", "b_flood_unlimited", plots::RED),
     ];
     let bars = |field: &str, sum: bool| -> Vec<plots::Bar> {
         series
