@@ -1016,9 +1016,48 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
         }
         b
     };
+    // Each system's messages/s ÷ pgmq read + archive's, per repetition
+    // (runs of one repetition are neighbours in time), around the line 1.
+    let ratio_series = |s: System| -> plots::Series {
+        let mut points = vec![];
+        let mut ranges = vec![];
+        for &n in &WORKERS {
+            let ours = samples(runs, s, Some(n), "per_sec");
+            let theirs = samples(runs, System::PgmqArchive, Some(n), "per_sec");
+            let r: Vec<f64> = ours.iter().zip(&theirs).map(|(a, b)| a / b).collect();
+            let v = Spread::of(&r);
+            if v.median.is_finite() {
+                points.push((n as f64, v.median));
+                ranges.push((v.min, v.max));
+            }
+        }
+        plots::Series {
+            name: format!("{} ÷ pgmq read + archive", short_label(s)),
+            points,
+            ranges,
+            color: Some(color(s)),
+            style: if s == System::Before {
+                plots::Style::Dashed
+            } else {
+                plots::Style::Line
+            },
+        }
+    };
+    let mut ratio_lines: Vec<plots::Series> = [System::Tidings, System::Before]
+        .into_iter()
+        .filter(|s| systems.contains(s))
+        .map(ratio_series)
+        .collect();
+    ratio_lines.push(plots::Series {
+        name: "target: 1 = as fast as pgmq read + archive".into(),
+        points: WORKERS.iter().map(|&n| (n as f64, 1.0)).collect(),
+        ranges: vec![],
+        color: Some(plots::ORANGE),
+        style: plots::Style::Dashed,
+    });
     plots::panels(
         path,
-        (2, 3),
+        (2, 4),
         &[
             plots::Panel::Lines(plots::Chart {
                 axes: plots::Axes {
@@ -1029,6 +1068,19 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                     log_y: false,
                 },
                 series,
+                markers: vec![],
+                x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
+                legend: Some(plots::SeriesLabelPosition::LowerRight),
+            }),
+            plots::Panel::Lines(plots::Chart {
+                axes: plots::Axes {
+                    title: "Messages/s ÷ pgmq read + archive (1 = the line to beat)",
+                    x_label: "workers (one connection each)",
+                    y_label: "ratio (median, min–max over repetitions)",
+                    log_x: true,
+                    log_y: false,
+                },
+                series: ratio_lines,
                 markers: vec![],
                 x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
                 legend: Some(plots::SeriesLabelPosition::LowerRight),
@@ -1056,6 +1108,15 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                 y_label: "MB (tables + indexes)",
                 bars: mb(bars("table_bytes_after", Some("index_bytes_after"))),
                 stack_names: Some(("tables", "indexes")),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Heap row versions written per message",
+                y_label: "updates (lighter: HOT, no index entry)",
+                bars: bars(
+                    "heap_update_records_per_msg",
+                    Some("heap_hot_update_records_per_msg"),
+                ),
+                stack_names: Some(("non-HOT", "HOT")),
             }),
             plots::Panel::Bars(plots::BarChart {
                 title: "Dead tuples right after the drain",
