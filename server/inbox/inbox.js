@@ -52,6 +52,13 @@ class Inbox {
     this.closed = false;
     this.loadingOlder = false;
     this.pending = 0;
+    // Own marks in flight, and how many were ever started: counts read while
+    // one was in flight, or read before one started and answered after, may
+    // not include it, and adopting them would undo its optimistic badge.
+    this.marksInFlight = 0;
+    this.markGeneration = 0;
+    this.refreshing = false;
+    this.refreshAgain = false;
     this.timings = {};
     this.render = this.render.bind(this);
     this.build();
@@ -88,10 +95,21 @@ class Inbox {
 
   async reload() {
     const started = performance.now();
+    const generation = this.markGeneration;
     const page = await this.call("GET", this.feedPath({}));
+    if (generation !== this.markGeneration || this.marksInFlight > 0) {
+      // An own mark started meanwhile: this page may predate it. Load again
+      // once the marks are answered.
+      this.afterMarks(() => this.reload());
+      return;
+    }
     this.model.load(page);
     this.render();
-    this.timings.firstRenderMs ??= performance.now() - started;
+    if (this.timings.firstRenderMs === undefined) {
+      this.timings.firstRenderMs = performance.now() - started;
+      // Since navigation start: what a user waits for, module and wasm included.
+      this.timings.firstRenderAt = performance.now();
+    }
     this.setStatus("");
   }
 
@@ -110,16 +128,75 @@ class Inbox {
     }
   }
 
-  async poll() {
-    const head = this.model.head;
-    const page = await this.call("GET", this.feedPath(head ? { after: head } : {}));
-    if (head !== this.model.head) return; // a reload or the stream moved on
-    this.model.merge(page.items);
-    if (!this.model.adoptCounts(page)) {
-      await this.reload();
+  /**
+   * Brings items and counts up to date from one consistent source: pages
+   * `after=head` (each page's items and counts come from one snapshot) until
+   * one is short. Counts are adopted only when they describe exactly what the
+   * page holds: no own mark started since the read (it might not be in them),
+   * and no stream item newer than the snapshot's head arrived meanwhile (it
+   * would be counted twice). Otherwise it runs again later. Used by polling,
+   * by the stream's `marks` (changes made elsewhere) and after own marks whose
+   * answer could not be checked.
+   */
+  async refresh() {
+    if (this.marksInFlight > 0) {
+      this.refreshAgain = true;
       return;
     }
-    this.render();
+    if (this.refreshing) {
+      this.refreshAgain = true;
+      return;
+    }
+    this.refreshing = true;
+    this.refreshAgain = false;
+    try {
+      const generation = this.markGeneration;
+      const limit = 100;
+      let page;
+      for (;;) {
+        const head = this.model.head;
+        const params = new URLSearchParams({ limit: String(limit) });
+        if (head) params.set("after", head);
+        page = await this.call("GET", `/v1/feed?${params}`);
+        if (!head) {
+          // Nothing was loaded yet: this is a first page.
+          if (generation === this.markGeneration && this.marksInFlight === 0) {
+            this.model.load(page);
+          } else {
+            this.refreshAgain = true;
+          }
+          this.render();
+          return;
+        }
+        this.model.merge(page.items);
+        if (page.items.length < limit) break;
+      }
+      const consistent =
+        generation === this.markGeneration &&
+        this.marksInFlight === 0 &&
+        this.model.isHead(page.head);
+      if (!consistent) {
+        this.refreshAgain = true;
+      } else if (!this.model.adoptCounts(page)) {
+        await this.reload();
+      }
+      this.render();
+    } finally {
+      this.refreshing = false;
+      if (this.refreshAgain && this.marksInFlight === 0 && !this.closed) {
+        this.refreshAgain = false;
+        setTimeout(() => this.refresh().catch((err) => this.setStatus(err.message)), 50);
+      }
+    }
+  }
+
+  /** Runs `then` once no own mark is in flight (now, or when the last ends). */
+  afterMarks(then) {
+    if (this.marksInFlight === 0) {
+      setTimeout(then, 0);
+    } else {
+      (this.whenMarksDone ??= []).push(then);
+    }
   }
 
   async pollLoop() {
@@ -127,7 +204,7 @@ class Inbox {
     this.render();
     while (!this.closed && this.live === "polling") {
       try {
-        await this.poll();
+        await this.refresh();
         this.setStatus("");
       } catch (err) {
         this.setStatus(`Offline: ${err.message}`);
@@ -164,13 +241,13 @@ class Inbox {
       this.render();
     });
     source.addEventListener("marks", (e) => {
-      const marks = JSON.parse(e.data);
-      this.model.adoptMarks(marks);
-      if (!this.model.adoptCounts(marks)) {
-        this.reload();
-        return;
-      }
+      // Watermarks only move forward: adopting them is always safe. The
+      // counts were read at some moment after the change, which may lie
+      // before an own mark in flight or before an item still on its way;
+      // refresh reads counts that match what the page holds.
+      this.model.adoptMarks(JSON.parse(e.data));
       this.render();
+      this.refresh().catch((err) => this.setStatus(err.message));
     });
     const refetch = async () => {
       source.close();
@@ -201,47 +278,60 @@ class Inbox {
 
   // ---- actions -------------------------------------------------------------
 
+  /**
+   * One own mark: the badge changed at once (the model did it); the server's
+   * answer must equal it. With several marks in flight an answer may not
+   * include the others, so only a lone mark is checked; the rest is settled
+   * by a refresh once all are answered.
+   */
+  async ownMark(method, path, body) {
+    this.markGeneration += 1;
+    this.marksInFlight += 1;
+    this.render();
+    let check = false;
+    try {
+      const marks = await this.call(method, path, body);
+      this.model.adoptMarks(marks);
+      if (this.marksInFlight === 1) {
+        check = this.model.checkAgainst(marks);
+      }
+    } catch (err) {
+      this.setStatus(`Could not mark: ${err.message}`);
+      this.refreshAgain = true;
+      this.afterMarks(() => this.reload().catch((e) => this.setStatus(e.message)));
+    } finally {
+      this.marksInFlight -= 1;
+    }
+    if (!check) this.refreshAgain = true;
+    this.render();
+    if (this.marksInFlight === 0) {
+      const waiting = this.whenMarksDone ?? [];
+      this.whenMarksDone = [];
+      for (const then of waiting) setTimeout(then, 0);
+      if (this.refreshAgain && !waiting.length) {
+        await this.refresh().catch((err) => this.setStatus(err.message));
+      }
+    }
+  }
+
   async markAllRead() {
     const upTo = this.model.markAllRead();
     this.render();
     if (upTo === null) return;
-    try {
-      const marks = await this.call("POST", "/v1/feed/read", { up_to: upTo });
-      this.model.adoptMarks(marks);
-      this.model.checkAgainst(marks);
-    } catch (err) {
-      this.setStatus(`Could not mark as read: ${err.message}`);
-      await this.reload();
-    }
-    this.render();
+    await this.ownMark("POST", "/v1/feed/read", { up_to: upTo });
   }
 
   async markSeen() {
     const upTo = this.model.markAllSeen();
     this.render();
     if (upTo === null) return;
-    try {
-      const marks = await this.call("POST", "/v1/feed/seen", { up_to: upTo });
-      this.model.adoptMarks(marks);
-      this.model.checkAgainst(marks);
-    } catch (err) {
-      this.setStatus(`Could not mark as seen: ${err.message}`);
-    }
-    this.render();
+    await this.ownMark("POST", "/v1/feed/seen", { up_to: upTo });
   }
 
   async markRead(id) {
     if (!this.model.markItemRead(id)) return;
     this.render();
-    try {
-      const marks = await this.call("POST", `/v1/feed/items/${id}/read`);
-      this.model.adoptMarks(marks);
-      this.model.checkAgainst(marks);
-    } catch (err) {
-      this.setStatus(`Could not mark as read: ${err.message}`);
-      await this.reload();
-    }
-    this.render();
+    await this.ownMark("POST", `/v1/feed/items/${id}/read`);
   }
 
   toggle(open = !this.open) {
@@ -410,7 +500,7 @@ class Inbox {
     const li = el(
       "li",
       { class: "tdg-item", tabindex: "0", role: "article", "aria-labelledby": titleId, "data-id": String(item.id) },
-      el("span", { class: "tdg-avatar", "aria-hidden": "true" }, initials(item)),
+      el("span", { class: "tdg-avatar", "aria-hidden": "true", style: `--tdg-hue: ${hue(item)}` }, initials(item)),
       el(
         "div",
         { class: "tdg-body" },
@@ -451,6 +541,14 @@ function meta(item) {
 function initials(item) {
   const name = item.actor_id ?? (item.source === "alert" ? "!" : "?");
   return name.slice(0, 2).toUpperCase();
+}
+
+/** A stable hue for the item's actor (alerts share one). */
+function hue(item) {
+  const name = item.actor_id ?? item.type;
+  let h = 0;
+  for (const c of name) h = (h * 31 + c.codePointAt(0)) % 360;
+  return h;
 }
 
 function relativeTime(iso) {

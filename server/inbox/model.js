@@ -16,6 +16,9 @@ export class InboxModel {
   /** @param {any} core the initialised wasm module (wasm/pkg/web) */
   constructor(core) {
     this.core = core;
+    /** Checks of the optimistic badge against the server's after own marks;
+     * kept across reloads, so drift over a whole session is counted. */
+    this.stats = { checks: 0, drift: 0, lastMismatch: null };
     this.reset();
   }
 
@@ -31,8 +34,6 @@ export class InboxModel {
     this.nextBefore = null;
     this.tail = { unread: 0, unseen: 0 };
     this.capped = false;
-    /** Checks of the optimistic badge against the server's after own marks. */
-    this.stats = { checks: 0, drift: 0, lastMismatch: null };
   }
 
   position(cursor) {
@@ -79,6 +80,12 @@ export class InboxModel {
     }
     if (added.length) this.entries.sort((a, b) => b.pos.compare(a.pos));
     return added;
+  }
+
+  /** Whether `cursor` (a snapshot's head) is the newest position loaded. */
+  isHead(cursor) {
+    if (cursor === null || this.head === null) return cursor === this.head;
+    return this.position(cursor).compare(this.position(this.head)) === 0;
   }
 
   /** Drops a team's items (left the team). The tail cannot say how many of

@@ -92,6 +92,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/rate-limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A tenant's rate limits: its own where set, else the server's defaults. */
+        get: operations["admin.tenant.rate_limits.get"];
+        /**
+         * Set a tenant's own rate limits.
+         * @description Replaces the tenant's own rates: buckets left out take the server's
+         *     defaults again. Every instance enforces them within seconds (the
+         *     instance that answers, at once); a bucket whose rate changes starts full.
+         */
+        put: operations["admin.tenant.rate_limits.set"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant_id}/retention": {
         parameters: {
             query?: never;
@@ -1072,6 +1095,35 @@ export interface components {
             instance: string | null;
         };
         /**
+         * RateIn
+         * @description One token bucket: `per_second` tokens added per second (0: unlimited), at
+         *     most `burst` held; each request takes one.
+         */
+        RateIn: {
+            /**
+             * Format: double
+             * @description Tokens added per second, 0 to 1,000,000; 0: unlimited.
+             */
+            per_second: number;
+            /**
+             * Format: uint32
+             * @description Most tokens held, 1 to 1,000,000: the requests a client may send at once.
+             */
+            burst: number;
+        };
+        /**
+         * RateOut
+         * @description A bucket's rate as it is enforced.
+         */
+        RateOut: {
+            /** Format: double */
+            per_second: number;
+            /** Format: uint32 */
+            burst: number;
+            /** @description True: the tenant's own rate; false: the server's default. */
+            own: boolean;
+        };
+        /**
          * ReadsOut
          * @description Counts of reads that may be served by a standby, by where they went.
          */
@@ -1184,6 +1236,39 @@ export interface components {
         TenantIn: {
             /** @description A display name, 1–255 bytes. */
             name: string;
+        };
+        /**
+         * TenantRateLimitsIn
+         * @description A tenant's own rates. A bucket left out (or `null`) takes the server's
+         *     default (`TIDINGS_RATE_*`); the whole set is replaced.
+         */
+        TenantRateLimitsIn: {
+            /** @description POST /v1/events, /v1/events/batch and /v1/alerts, per tenant. */
+            writes?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), all the tenant's users together. */
+            reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), per user. */
+            user_reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description GET /v1/feed/stream and POST /v1/feed/stream-tickets, per tenant. */
+            stream_connects?: components["schemas"]["RateIn"] | (never | null);
+            /** @description The same, per user. */
+            user_stream_connects?: components["schemas"]["RateIn"] | (never | null);
+        };
+        /**
+         * TenantRateLimitsOut
+         * @description The rates a tenant's requests are held to, on each instance (buckets are
+         *     per instance).
+         */
+        TenantRateLimitsOut: {
+            /** Format: uuid */
+            tenant_id: string;
+            writes: components["schemas"]["RateOut"];
+            reads: components["schemas"]["RateOut"];
+            user_reads: components["schemas"]["RateOut"];
+            stream_connects: components["schemas"]["RateOut"];
+            user_stream_connects: components["schemas"]["RateOut"];
+            /** @description Whether this server enforces rate limits at all (`TIDINGS_RATE_LIMITS`). */
+            enforced: boolean;
         };
         /** TokensRevokedOut */
         TokensRevokedOut: {
@@ -1316,7 +1401,12 @@ export interface components {
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description Each bucket's state after this request, e.g. `"user_reads";r=59;t=1`: `r` tokens left, full again in `t` seconds. */
+        RateLimit: string;
+        /** @description The rate limits this request counted against (IETF httpapi ratelimit-headers draft), one per bucket, e.g. `"user_reads";q=60;w=3, "reads";q=2000;w=2`: `q` tokens at most, refilled in `w` seconds. */
+        RateLimitPolicy: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1435,7 +1525,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1470,7 +1560,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1544,7 +1634,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1579,7 +1669,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1652,7 +1742,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1687,7 +1777,229 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.set": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantRateLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1765,7 +2077,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1800,7 +2112,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1876,7 +2188,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1911,7 +2223,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1983,7 +2295,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2018,7 +2330,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2092,7 +2404,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2127,7 +2439,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2218,7 +2530,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2253,7 +2565,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2333,7 +2645,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2368,7 +2680,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2447,7 +2759,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2482,7 +2794,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2517,6 +2829,8 @@ export interface operations {
                      *     name on `GET /v1/feed` reads a feed that holds these events.
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2532,6 +2846,8 @@ export interface operations {
                      *     name on `GET /v1/feed` reads a feed that holds these events.
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2579,7 +2895,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2614,7 +2930,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2649,6 +2978,8 @@ export interface operations {
                      *     name on `GET /v1/feed` reads a feed that holds these events.
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2664,6 +2995,8 @@ export interface operations {
                      *     name on `GET /v1/feed` reads a feed that holds these events.
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2711,7 +3044,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2746,7 +3079,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2784,6 +3130,8 @@ export interface operations {
             /** @description OK: a `FeedOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2831,7 +3179,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2866,7 +3214,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2894,6 +3255,8 @@ export interface operations {
             /** @description OK: a `CountsOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2941,7 +3304,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2976,7 +3339,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3012,6 +3388,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3059,7 +3437,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3094,7 +3472,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3130,6 +3521,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3177,7 +3570,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3212,7 +3605,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3247,6 +3653,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3294,7 +3702,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3329,7 +3737,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3354,6 +3775,8 @@ export interface operations {
             /** @description Created: a `StreamTicketOut`. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3401,7 +3824,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3436,7 +3859,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3467,6 +3903,8 @@ export interface operations {
             /** @description OK. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3514,7 +3952,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3549,7 +3987,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3589,6 +4040,8 @@ export interface operations {
                      *     same Idempotency-Key.
                      */
                     "Idempotency-Replayed"?: "true";
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3636,7 +4089,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3671,7 +4124,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3745,7 +4211,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3780,7 +4246,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3858,7 +4324,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3893,7 +4359,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3967,7 +4433,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4002,7 +4468,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4076,7 +4542,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4111,7 +4577,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4189,7 +4655,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4224,7 +4690,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4296,7 +4762,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4331,7 +4797,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4403,7 +4869,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4438,7 +4904,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4514,7 +4980,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4549,7 +5015,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4623,7 +5089,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4658,7 +5124,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4730,7 +5196,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4765,7 +5231,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4839,7 +5305,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4874,7 +5340,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */

@@ -4,9 +4,12 @@
 //! token from the URL fragment or from a host page (`mountInbox`). Turned off
 //! by `TIDINGS_INBOX_PAGE=false`.
 
+use std::{io::Write, sync::OnceLock};
+
+use flate2::{write::GzEncoder, Compression};
 use poem::{
     endpoint::make_sync,
-    http::{header, StatusCode},
+    http::{header, HeaderMap, StatusCode},
     web::Redirect,
     IntoResponse, Response, Route,
 };
@@ -29,17 +32,91 @@ pub fn core_embedded() -> bool {
     core_files::CORE.is_some()
 }
 
-fn asset(content_type: &'static str, body: impl Into<poem::Body>) -> Response {
-    Response::builder()
-        .content_type(content_type)
-        // Static code, no credentials: a host page on another origin may load
-        // the module (`mountInbox`), which module scripts fetch with CORS.
-        .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
-        // Revalidate on every load: an upgraded server serves new code at once.
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-content-type-options", "nosniff")
-        .body(body)
+/// One file of the page: its bytes and their gzip, made once on first
+/// request (the page is a download a user waits for; the wasm shrinks to
+/// under half).
+struct Asset {
+    content_type: &'static str,
+    body: &'static [u8],
+    gzip: OnceLock<Vec<u8>>,
 }
+
+impl Asset {
+    const fn new(content_type: &'static str, body: &'static [u8]) -> Asset {
+        Asset {
+            content_type,
+            body,
+            gzip: OnceLock::new(),
+        }
+    }
+
+    fn gzipped(&'static self) -> &'static [u8] {
+        self.gzip.get_or_init(|| {
+            let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
+            encoder
+                .write_all(self.body)
+                .and_then(|()| encoder.finish())
+                .expect("gzip into memory cannot fail")
+        })
+    }
+
+    fn respond(&'static self, request_headers: &HeaderMap) -> Response {
+        let builder = Response::builder()
+            .content_type(self.content_type)
+            // Static code, no credentials: a host page on another origin may
+            // load the module (`mountInbox`), which module scripts fetch with CORS.
+            .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
+            // Revalidate on every load: an upgraded server serves new code at once.
+            .header(header::CACHE_CONTROL, "no-cache")
+            .header(header::VARY, "accept-encoding")
+            .header("x-content-type-options", "nosniff");
+        if accepts_gzip(request_headers) {
+            builder
+                .header(header::CONTENT_ENCODING, "gzip")
+                .body(self.gzipped())
+        } else {
+            builder.body(self.body)
+        }
+    }
+}
+
+/// Whether `Accept-Encoding` lists gzip (or `*`) with a weight above zero.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let zero = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !zero
+        })
+}
+
+static INDEX: Asset = Asset::new("text/html; charset=utf-8", INDEX_HTML.as_bytes());
+static INBOX: Asset = Asset::new(JS, INBOX_JS.as_bytes());
+static MODEL: Asset = Asset::new(JS, MODEL_JS.as_bytes());
+static CSS: Asset = Asset::new("text/css; charset=utf-8", INBOX_CSS.as_bytes());
+static CORE_JS: Asset = Asset::new(
+    JS,
+    match core_files::CORE {
+        Some((js, _)) => js.as_bytes(),
+        None => &[],
+    },
+);
+static CORE_WASM: Asset = Asset::new(
+    "application/wasm",
+    match core_files::CORE {
+        Some((_, wasm)) => wasm,
+        None => &[],
+    },
+);
 
 fn missing_core() -> Response {
     Problem::new(
@@ -54,10 +131,10 @@ fn missing_core() -> Response {
 }
 
 pub fn routes() -> Route {
-    let page = |content_type: &'static str, text: &'static str| {
-        make_sync(move |_| {
+    let serve = |asset: &'static Asset| {
+        make_sync(move |req| {
             if core_embedded() {
-                asset(content_type, text)
+                asset.respond(req.headers())
             } else {
                 missing_core()
             }
@@ -72,27 +149,50 @@ pub fn routes() -> Route {
                     return Redirect::permanent("/inbox/").into_response();
                 }
                 if core_embedded() {
-                    asset("text/html; charset=utf-8", INDEX_HTML)
+                    INDEX.respond(req.headers())
                 } else {
                     missing_core()
                 }
             }),
         )
-        .at("/inbox.js", page(JS, INBOX_JS))
-        .at("/model.js", page(JS, MODEL_JS))
-        .at("/inbox.css", page("text/css; charset=utf-8", INBOX_CSS))
-        .at(
-            "/core/tidings_core.js",
-            make_sync(|_| match core_files::CORE {
-                Some((js, _)) => asset(JS, js),
-                None => missing_core(),
-            }),
+        .at("/inbox.js", serve(&INBOX))
+        .at("/model.js", serve(&MODEL))
+        .at("/inbox.css", serve(&CSS))
+        .at("/core/tidings_core.js", serve(&CORE_JS))
+        .at("/core/tidings_core_bg.wasm", serve(&CORE_WASM))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(accept: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT_ENCODING, accept.parse().expect("header"));
+        h
+    }
+
+    #[test]
+    fn gzip_is_sent_only_where_accepted() {
+        assert!(accepts_gzip(&headers("gzip, deflate, br, zstd")));
+        assert!(accepts_gzip(&headers("br;q=1.0, GZIP;q=0.5")));
+        assert!(accepts_gzip(&headers("*")));
+        assert!(!accepts_gzip(&headers("br, zstd")));
+        assert!(!accepts_gzip(&headers("gzip;q=0, br")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_gzip_body_is_the_file() {
+        static ASSET: Asset = Asset::new(JS, INBOX_JS.as_bytes());
+        let asset = &ASSET;
+        let mut unzipped = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(asset.gzipped()),
+            &mut unzipped,
         )
-        .at(
-            "/core/tidings_core_bg.wasm",
-            make_sync(|_| match core_files::CORE {
-                Some((_, wasm)) => asset("application/wasm", wasm),
-                None => missing_core(),
-            }),
-        )
+        .expect("gunzip");
+        assert_eq!(unzipped, INBOX_JS);
+        assert!(asset.gzipped().len() < INBOX_JS.len() / 2);
+    }
 }
