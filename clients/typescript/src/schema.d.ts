@@ -1522,6 +1522,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -1624,6 +1633,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1739,6 +1757,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -1841,6 +1868,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1961,6 +1997,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2067,6 +2112,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2185,6 +2239,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2285,6 +2348,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2394,6 +2466,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2527,6 +2608,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2642,6 +2732,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2749,6 +2848,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2885,6 +2993,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3041,6 +3158,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3176,6 +3302,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3294,6 +3429,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3434,6 +3578,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3560,6 +3713,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3699,6 +3861,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3814,6 +3985,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3942,6 +4122,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4086,6 +4275,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4208,6 +4406,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4314,6 +4521,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4430,6 +4646,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4532,6 +4757,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4652,6 +4886,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4759,6 +5002,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4859,6 +5111,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4977,6 +5238,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -5079,6 +5349,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5193,6 +5472,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -5295,6 +5583,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
