@@ -38,6 +38,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Fail at start-up, not at the first email.
     outbox.channels()?;
     args.retention.validate(&args.alerts)?;
+    args.limits.validate()?;
     let secrets = crate::tenants::load_secret_keys(&args.database)?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
@@ -60,6 +61,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             inbox_page: args.inbox_page,
             auth: args.auth.clone(),
             stream: args.stream.clone(),
+            limits: args.limits.clone(),
+            db_max_connections: args.database.db_max_connections,
             cors_origins: crate::config::cors_origins(&args.cors_origins)?,
         },
         secrets,

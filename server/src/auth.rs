@@ -20,7 +20,7 @@ use std::{sync::Arc, time::Duration};
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use poem::Request;
+use poem::{PathPattern, Request};
 use poem_openapi::{
     auth::{ApiKey, Bearer},
     SecurityScheme,
@@ -31,6 +31,7 @@ use uuid::Uuid;
 use crate::{
     credentials::{hash_api_key, API_KEY_PREFIX},
     error::ApiError,
+    limits::RequestClass,
     secrets::Purpose,
     state::AppState,
     store,
@@ -102,9 +103,34 @@ fn state_of(req: &Request) -> poem::Result<&AppState> {
     })
 }
 
+/// Admits a request of a known tenant (and user) under its limits
+/// (`crate::limits`): the class comes from the matched route, so every
+/// endpoint of a credential kind is covered without a line in its handler.
+async fn admit(
+    req: &Request,
+    state: &AppState,
+    tenant_id: Uuid,
+    user: Option<&UserId>,
+) -> Result<(), ApiError> {
+    let route = req
+        .data::<PathPattern>()
+        .map(|p| p.0.as_ref())
+        .unwrap_or_default();
+    let class = RequestClass::of(req.method().as_str(), route, user.is_some());
+    state
+        .limits
+        .admit(&state.pool, tenant_id, user.map(UserId::as_str), class)
+        .await
+        .map_err(ApiError::from)
+}
+
 async fn check_api_key(req: &Request, bearer: Bearer) -> poem::Result<TenantCtx> {
-    match identify(state_of(req)?, &bearer.token).await? {
-        Credential::ApiKey(tenant) => Ok(tenant),
+    let state = state_of(req)?;
+    match identify(state, &bearer.token).await? {
+        Credential::ApiKey(tenant) => {
+            admit(req, state, tenant.tenant_id, None).await?;
+            Ok(tenant)
+        }
         Credential::UserToken(_) => {
             Err(ApiError::forbidden("this endpoint takes an API key, not a user token").into())
         }
@@ -116,8 +142,12 @@ async fn check_api_key(req: &Request, bearer: Bearer) -> poem::Result<TenantCtx>
 }
 
 async fn check_user_token(req: &Request, bearer: Bearer) -> poem::Result<UserCtx> {
-    match identify(state_of(req)?, &bearer.token).await? {
-        Credential::UserToken(user) => Ok(user),
+    let state = state_of(req)?;
+    match identify(state, &bearer.token).await? {
+        Credential::UserToken(user) => {
+            admit(req, state, user.tenant_id, Some(&user.user_id)).await?;
+            Ok(user)
+        }
         Credential::ApiKey(_) | Credential::Admin => {
             Err(ApiError::forbidden("this endpoint takes a user token, not an API key").into())
         }
@@ -132,6 +162,7 @@ async fn check_stream_ticket(req: &Request, key: ApiKey) -> poem::Result<UserCtx
         .map_err(ApiError::from)?
         .ok_or_else(invalid)?;
     let user_id = UserId::parse(user_id).map_err(|_| invalid())?;
+    admit(req, state, tenant_id, Some(&user_id)).await?;
     Ok(UserCtx { tenant_id, user_id })
 }
 

@@ -17,6 +17,24 @@ pub mod defaults {
 
     pub const DATA_DIR: &str = ".tidings";
     pub const DB_MAX_CONNECTIONS: u32 = 16;
+    /// How long a request waits for a pooled connection (and for its
+    /// tenant's share of the pool) before it is answered 503.
+    pub const DB_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DB_STATEMENT_TIMEOUT_MS: u64 = 10_000;
+    pub const DB_LOCK_TIMEOUT_MS: u64 = 2_000;
+    pub const DB_TENANT_SHARE_PERCENT: u32 = 50;
+
+    pub const RATE_LIMITS: bool = true;
+    pub const RATE_WRITES_PER_SEC: f64 = 200.0;
+    pub const RATE_WRITES_BURST: u32 = 400;
+    pub const RATE_READS_PER_SEC: f64 = 1_000.0;
+    pub const RATE_READS_BURST: u32 = 2_000;
+    pub const RATE_USER_READS_PER_SEC: f64 = 20.0;
+    pub const RATE_USER_READS_BURST: u32 = 60;
+    pub const RATE_STREAMS_PER_SEC: f64 = 50.0;
+    pub const RATE_STREAMS_BURST: u32 = 200;
+    pub const RATE_USER_STREAMS_PER_SEC: f64 = 1.0;
+    pub const RATE_USER_STREAMS_BURST: u32 = 10;
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
@@ -149,6 +167,17 @@ pub struct DatabaseArgs {
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
+    /// `statement_timeout` of every pooled session, in ms (0: none): a
+    /// statement running longer is cancelled and its request answered 503
+    /// `database_timeout`. Migrations run without it.
+    #[arg(long, env = "TIDINGS_DB_STATEMENT_TIMEOUT_MS", default_value_t = defaults::DB_STATEMENT_TIMEOUT_MS)]
+    pub db_statement_timeout_ms: u64,
+    /// `lock_timeout` of every pooled session, in ms (0: none): the longest a
+    /// statement waits for a lock. It also bounds an alert's wait for its
+    /// entity (another alert of the same event type and entity in flight):
+    /// past it the alert is refused with 409 `entity_busy` and Retry-After.
+    #[arg(long, env = "TIDINGS_DB_LOCK_TIMEOUT_MS", default_value_t = defaults::DB_LOCK_TIMEOUT_MS)]
+    pub db_lock_timeout_ms: u64,
     /// Key for secrets at rest (tenants' signing secrets, webhook secrets):
     /// `<key id>:<base64 of 32 bytes>` (`openssl rand -base64 32`), or several
     /// separated by commas: the first seals, all open, and start-up re-seals
@@ -168,6 +197,24 @@ pub struct DatabaseArgs {
     /// session. Default: DATABASE_URL.
     #[arg(long, env = "TIDINGS_DATABASE_LISTEN_URL")]
     pub database_listen_url: Option<String>,
+}
+
+/// The timeouts set on every pooled session (`db::connect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionTimeouts {
+    /// `statement_timeout`; zero: none.
+    pub statement: Duration,
+    /// `lock_timeout`; zero: none.
+    pub lock: Duration,
+}
+
+impl DatabaseArgs {
+    pub fn session_timeouts(&self) -> SessionTimeouts {
+        SessionTimeouts {
+            statement: Duration::from_millis(self.db_statement_timeout_ms),
+            lock: Duration::from_millis(self.db_lock_timeout_ms),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -190,6 +237,8 @@ pub struct ServeArgs {
     pub auth: AuthConfig,
     #[command(flatten)]
     pub stream: StreamConfig,
+    #[command(flatten)]
+    pub limits: LimitsConfig,
     /// Origins allowed to call the API from a browser (CORS), comma-separated,
     /// e.g. `https://app.example.com,http://localhost:5173`. Default: none, so
     /// browsers on other origins are refused.
@@ -519,6 +568,151 @@ impl Default for StreamConfig {
     }
 }
 
+/// A token bucket: `per_second` tokens added per second, at most `burst`
+/// held. A request takes one token; `per_second` 0 means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+impl Rate {
+    pub fn unlimited(&self) -> bool {
+        self.per_second <= 0.0
+    }
+
+    /// Whether the values can make a bucket: finite, not negative, a burst of
+    /// at least one.
+    pub fn valid(&self) -> bool {
+        self.per_second.is_finite() && self.per_second >= 0.0 && self.burst >= 1
+    }
+}
+
+/// Limits per tenant and per user (ARCHITECTURE.md, "Limits per tenant").
+///
+/// Defaults and why: buckets are per instance, so a tenant's budget across
+/// the cluster is these times the number of instances. Writes (events,
+/// alerts; 200/s, burst 400) are a backend's traffic and each costs a
+/// transaction; a tenant's reads (1,000/s, burst 2,000) are many users'
+/// feeds and badges together, and one user (20/s, burst 60) is a page or an
+/// app polling, so no single user can use up the tenant's reads. Stream
+/// connects (50/s per tenant, 1/s and burst 10 per user) each run a catch-up
+/// read; a reconnect storm after a deploy is what the burst absorbs. Half of
+/// the pool per tenant leaves the other half to everybody else however busy
+/// one tenant is, while one tenant alone still gets half the database.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitsConfig {
+    /// Enforce the rate limits below (`false`: none, e.g. for a benchmark of
+    /// one tenant's throughput). The pool share is always enforced.
+    #[arg(long, env = "TIDINGS_RATE_LIMITS", default_value_t = defaults::RATE_LIMITS, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub rate_limits: bool,
+    /// Writes (POST /v1/events, /v1/events/batch, /v1/alerts) per second per
+    /// tenant, per instance; 0: unlimited. A tenant's own setting
+    /// (`PUT /v1/admin/tenants/{id}/rate-limits`) wins over every default here.
+    #[arg(long, env = "TIDINGS_RATE_WRITES_PER_SEC", default_value_t = defaults::RATE_WRITES_PER_SEC)]
+    pub rate_writes_per_sec: f64,
+    /// Writes a tenant may send at once above its rate.
+    #[arg(long, env = "TIDINGS_RATE_WRITES_BURST", default_value_t = defaults::RATE_WRITES_BURST)]
+    pub rate_writes_burst: u32,
+    /// Requests with a user token (feed, counts, marks, stream tickets) per
+    /// second per tenant, all its users together; 0: unlimited.
+    #[arg(long, env = "TIDINGS_RATE_READS_PER_SEC", default_value_t = defaults::RATE_READS_PER_SEC)]
+    pub rate_reads_per_sec: f64,
+    #[arg(long, env = "TIDINGS_RATE_READS_BURST", default_value_t = defaults::RATE_READS_BURST)]
+    pub rate_reads_burst: u32,
+    /// Requests with a user token per second per user; 0: unlimited.
+    #[arg(long, env = "TIDINGS_RATE_USER_READS_PER_SEC", default_value_t = defaults::RATE_USER_READS_PER_SEC)]
+    pub rate_user_reads_per_sec: f64,
+    #[arg(long, env = "TIDINGS_RATE_USER_READS_BURST", default_value_t = defaults::RATE_USER_READS_BURST)]
+    pub rate_user_reads_burst: u32,
+    /// Stream connects (GET /v1/feed/stream, POST /v1/feed/stream-tickets)
+    /// per second per tenant; 0: unlimited.
+    #[arg(long, env = "TIDINGS_RATE_STREAMS_PER_SEC", default_value_t = defaults::RATE_STREAMS_PER_SEC)]
+    pub rate_streams_per_sec: f64,
+    #[arg(long, env = "TIDINGS_RATE_STREAMS_BURST", default_value_t = defaults::RATE_STREAMS_BURST)]
+    pub rate_streams_burst: u32,
+    /// Stream connects per second per user; 0: unlimited.
+    #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_PER_SEC", default_value_t = defaults::RATE_USER_STREAMS_PER_SEC)]
+    pub rate_user_streams_per_sec: f64,
+    #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_BURST", default_value_t = defaults::RATE_USER_STREAMS_BURST)]
+    pub rate_user_streams_burst: u32,
+    /// Percentage of the pool's connections one tenant's requests may hold at
+    /// once (1–100); its further requests queue behind its own, for up to the
+    /// pool's acquire timeout (5 s), then get 503.
+    #[arg(long, env = "TIDINGS_DB_TENANT_SHARE_PERCENT", default_value_t = defaults::DB_TENANT_SHARE_PERCENT)]
+    pub db_tenant_share_percent: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            rate_limits: defaults::RATE_LIMITS,
+            rate_writes_per_sec: defaults::RATE_WRITES_PER_SEC,
+            rate_writes_burst: defaults::RATE_WRITES_BURST,
+            rate_reads_per_sec: defaults::RATE_READS_PER_SEC,
+            rate_reads_burst: defaults::RATE_READS_BURST,
+            rate_user_reads_per_sec: defaults::RATE_USER_READS_PER_SEC,
+            rate_user_reads_burst: defaults::RATE_USER_READS_BURST,
+            rate_streams_per_sec: defaults::RATE_STREAMS_PER_SEC,
+            rate_streams_burst: defaults::RATE_STREAMS_BURST,
+            rate_user_streams_per_sec: defaults::RATE_USER_STREAMS_PER_SEC,
+            rate_user_streams_burst: defaults::RATE_USER_STREAMS_BURST,
+            db_tenant_share_percent: defaults::DB_TENANT_SHARE_PERCENT,
+        }
+    }
+}
+
+/// The server's default rates, one per bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateDefaults {
+    pub writes: Rate,
+    pub reads: Rate,
+    pub user_reads: Rate,
+    pub streams: Rate,
+    pub user_streams: Rate,
+}
+
+impl LimitsConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (1..=100).contains(&self.db_tenant_share_percent),
+            "TIDINGS_DB_TENANT_SHARE_PERCENT must be within 1..=100"
+        );
+        let rates = self.rates();
+        for (name, rate) in [
+            ("WRITES", rates.writes),
+            ("READS", rates.reads),
+            ("USER_READS", rates.user_reads),
+            ("STREAMS", rates.streams),
+            ("USER_STREAMS", rates.user_streams),
+        ] {
+            anyhow::ensure!(
+                rate.valid(),
+                "TIDINGS_RATE_{name}_PER_SEC must be a number at least 0, and TIDINGS_RATE_{name}_BURST at least 1"
+            );
+        }
+        Ok(())
+    }
+
+    pub fn rates(&self) -> RateDefaults {
+        let rate = |per_second, burst| Rate { per_second, burst };
+        RateDefaults {
+            writes: rate(self.rate_writes_per_sec, self.rate_writes_burst),
+            reads: rate(self.rate_reads_per_sec, self.rate_reads_burst),
+            user_reads: rate(self.rate_user_reads_per_sec, self.rate_user_reads_burst),
+            streams: rate(self.rate_streams_per_sec, self.rate_streams_burst),
+            user_streams: rate(self.rate_user_streams_per_sec, self.rate_user_streams_burst),
+        }
+    }
+
+    /// Connections one tenant may hold at once, of a pool of `pool_size`:
+    /// the share rounded up, at least one.
+    pub fn tenant_share(&self, pool_size: u32) -> usize {
+        let share = (u64::from(pool_size) * u64::from(self.db_tenant_share_percent)).div_ceil(100);
+        share.max(1) as usize
+    }
+}
+
 /// How user tokens are checked (flags and environment of `serve`).
 ///
 /// Defaults and why: a day's lifetime bounds how long a leaked token works
@@ -834,6 +1028,10 @@ pub struct Settings {
     /// User-token checks.
     pub auth: AuthConfig,
     pub stream: StreamConfig,
+    /// Rate limits and the pool share per tenant.
+    pub limits: LimitsConfig,
+    /// Connections of the primary's pool (the pool share is a part of it).
+    pub db_max_connections: u32,
     /// Origins allowed by CORS; empty: none.
     pub cors_origins: Vec<String>,
 }
@@ -850,6 +1048,8 @@ impl Default for Settings {
             inbox_page: defaults::INBOX_PAGE,
             auth: AuthConfig::default(),
             stream: StreamConfig::default(),
+            limits: LimitsConfig::default(),
+            db_max_connections: defaults::DB_MAX_CONNECTIONS,
             cors_origins: Vec::new(),
         }
     }
@@ -892,5 +1092,19 @@ mod tests {
         assert!(!err.to_string().contains("\"x\""), "{err}");
         assert!(check_admin_token(&"t".repeat(31)).is_err());
         assert!(check_admin_token(&"t".repeat(32)).is_ok());
+    }
+
+    #[test]
+    fn a_tenants_pool_share_is_rounded_up_and_never_zero() {
+        let mut limits = LimitsConfig::default();
+        assert_eq!(limits.tenant_share(16), 8);
+        limits.db_tenant_share_percent = 30;
+        assert_eq!(limits.tenant_share(16), 5);
+        limits.db_tenant_share_percent = 1;
+        assert_eq!(limits.tenant_share(4), 1);
+        limits.db_tenant_share_percent = 100;
+        assert_eq!(limits.tenant_share(4), 4);
+        limits.db_tenant_share_percent = 0;
+        assert!(limits.validate().is_err());
     }
 }

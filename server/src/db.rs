@@ -9,6 +9,8 @@ use sqlx::{
     Connection, PgPool,
 };
 
+use crate::config::SessionTimeouts;
+
 /// The schema, embedded at compile time from `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
@@ -24,18 +26,37 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// Connects with a bounded wait: a database that is still starting (or restarting)
-/// is retried for `patience` before giving up.
+/// is retried for `patience` before giving up. Every session gets `timeouts`
+/// (`statement_timeout`, `lock_timeout`), set once when it connects.
 pub async fn connect(
     url: &str,
     max_connections: u32,
     patience: Duration,
+    timeouts: SessionTimeouts,
 ) -> anyhow::Result<PgPool> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         let attempt = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(crate::config::defaults::DB_ACQUIRE_TIMEOUT)
             .test_before_acquire(false)
+            // Once per session rather than `SET LOCAL` per transaction: no
+            // round trip on the request path. (Behind a transaction pooler a
+            // session setting does not follow the client: set them on the
+            // database role there; ARCHITECTURE.md, "Limits per tenant".)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "SELECT set_config('statement_timeout', $1, false),
+                                set_config('lock_timeout', $2, false)",
+                    )
+                    .bind(timeouts.statement.as_millis().to_string())
+                    .bind(timeouts.lock.as_millis().to_string())
+                    .execute(conn)
+                    .await?;
+                    Ok(())
+                })
+            })
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
                     if meta.idle_for >= PING_IF_IDLE_FOR {
@@ -78,10 +99,26 @@ fn migrator() -> Migrator {
     migrator
 }
 
+/// Applies the migrations on a session of its own without the pool's
+/// statement and lock timeouts: building an index on a large table may take
+/// minutes, and waiting for a lock is what a migration must do. The session
+/// is closed afterwards, so the pool never hands it to a request.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     let migrator = migrator();
     accept_comment_rewrites(pool, &migrator).await?;
-    migrator.run(pool).await.context("applying migrations")?;
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("SET lock_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let applied = migrator
+        .run(&mut *conn)
+        .await
+        .context("applying migrations");
+    conn.detach().close().await.ok();
+    applied?;
     Ok(())
 }
 
@@ -168,7 +205,13 @@ pub async fn open(
     args: &crate::config::DatabaseArgs,
 ) -> anyhow::Result<(PgPool, Option<crate::embedded_pg::EmbeddedPostgres>)> {
     if let Some(url) = &args.database_url {
-        let pool = connect(url, args.db_max_connections, Duration::from_secs(30)).await?;
+        let pool = connect(
+            url,
+            args.db_max_connections,
+            Duration::from_secs(30),
+            args.session_timeouts(),
+        )
+        .await?;
         return Ok((pool, None));
     }
     // An explicit data directory is used or refused; the default may fall back.
@@ -179,7 +222,13 @@ pub async fn open(
     })
     .await
     .context("embedded PostgreSQL start-up panicked")??;
-    let admin = connect(&embedded.url("postgres"), 1, Duration::from_secs(30)).await?;
+    let admin = connect(
+        &embedded.url("postgres"),
+        1,
+        Duration::from_secs(30),
+        SessionTimeouts::default(),
+    )
+    .await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'tidings')")
             .fetch_one(&admin)
@@ -194,6 +243,7 @@ pub async fn open(
         &embedded.url("tidings"),
         args.db_max_connections,
         Duration::from_secs(30),
+        args.session_timeouts(),
     )
     .await?;
     Ok((pool, Some(embedded)))

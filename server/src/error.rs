@@ -106,6 +106,17 @@ pub enum ApiError {
     Unprocessable { code: &'static str, detail: String },
     #[error("the database is unavailable")]
     Unavailable,
+    /// A statement ran past `statement_timeout`, or waited past `lock_timeout`.
+    #[error("the database did not answer in time")]
+    DatabaseTimeout,
+    /// A rate limit of the tenant or the user: retry after the given seconds.
+    /// `quotas` are the buckets' states, for the `RateLimit` headers.
+    #[error("{detail}")]
+    RateLimited {
+        detail: String,
+        retry_after_secs: u64,
+        quotas: Vec<crate::limits::Quota>,
+    },
     /// This instance is at a capacity limit; retry after the given seconds.
     #[error("{detail}")]
     Overloaded {
@@ -156,7 +167,10 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable | ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::Overloaded { .. } | ApiError::DatabaseTimeout => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -171,6 +185,8 @@ impl ApiError {
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Unavailable => "unavailable",
+            ApiError::DatabaseTimeout => "database_timeout",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::Internal(_) => "internal",
         }
@@ -185,14 +201,19 @@ impl ApiError {
     }
 }
 
-/// Database errors are internal unless the pool cannot reach the server, which a
-/// client may retry: 503 rather than 500.
+/// Database errors are internal unless the pool cannot reach the server, or
+/// a session timeout ended the statement, which a client may retry: 503
+/// rather than 500.
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::Unavailable
+            }
+            ref timeout if crate::store::is_timeout(timeout) => {
+                tracing::warn!(error = %err, "statement or lock timeout");
+                ApiError::DatabaseTimeout
             }
             other => ApiError::Internal(anyhow::Error::new(other)),
         }
@@ -219,7 +240,17 @@ impl poem::error::ResponseError for ApiError {
             } => {
                 headers.push(("retry-after", secs.to_string()));
             }
-            ApiError::Unavailable => headers.push(("retry-after", "1".to_string())),
+            ApiError::Unavailable | ApiError::DatabaseTimeout => {
+                headers.push(("retry-after", "1".to_string()))
+            }
+            ApiError::RateLimited {
+                retry_after_secs,
+                quotas,
+                ..
+            } => {
+                headers.push(("retry-after", retry_after_secs.to_string()));
+                headers.extend(ratelimit_headers(quotas));
+            }
             ApiError::Overloaded {
                 retry_after_secs, ..
             } => headers.push(("retry-after", retry_after_secs.to_string())),
@@ -254,6 +285,10 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
     ),
     (413, "The request body exceeds the configured limit."),
     (
+        429,
+        "A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers.",
+    ),
+    (
         415,
         "The request body is not `application/json` (or the Content-Type header is missing).",
     ),
@@ -263,7 +298,8 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
     ),
     (
         503,
-        "The database is unreachable, or this instance is at a capacity limit; retry after Retry-After.",
+        "The database is unreachable or did not answer in time, this instance is at a capacity limit, \
+         or the tenant's share of the database pool stayed busy; retry after Retry-After.",
     ),
 ];
 
@@ -326,6 +362,85 @@ pub async fn problem_from_poem_error(err: poem::Error) -> Response {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Whole seconds to wait, rounded up: a client that waits this long finds
+/// what it waited for.
+fn ceil_secs(wait: std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+/// `RateLimit-Policy` and `RateLimit` (IETF httpapi, draft-ietf-httpapi-
+/// ratelimit-headers-10) for the buckets a request drew on: one policy per
+/// bucket, named after it, with its quota `q` (the burst) and window `w` (the
+/// seconds an empty bucket takes to fill), and per bucket the tokens left
+/// `r` and the seconds `t` until it is full again.
+pub fn ratelimit_headers(quotas: &[crate::limits::Quota]) -> Vec<(&'static str, String)> {
+    if quotas.is_empty() {
+        return Vec::new();
+    }
+    let policy = quotas
+        .iter()
+        .map(|q| {
+            let window = f64::from(q.rate.burst) / q.rate.per_second;
+            format!(
+                "\"{}\";q={};w={}",
+                q.kind.as_str(),
+                q.rate.burst,
+                (window.ceil() as u64).max(1)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let state = quotas
+        .iter()
+        .map(|q| {
+            format!(
+                "\"{}\";r={};t={}",
+                q.kind.as_str(),
+                q.taken.remaining,
+                ceil_secs(q.taken.wait)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![("ratelimit-policy", policy), ("ratelimit", state)]
+}
+
+/// A limit's refusal: 429 for a rate, 503 for the tenant's pool share.
+impl From<crate::limits::Refusal> for ApiError {
+    fn from(refusal: crate::limits::Refusal) -> Self {
+        use crate::limits::Refusal;
+        match refusal {
+            Refusal::Limited {
+                retry_after,
+                quotas,
+            } => {
+                let empty = quotas
+                    .iter()
+                    .find(|q| !q.taken.allowed)
+                    .map_or("rate", |q| q.kind.as_str());
+                ApiError::RateLimited {
+                    detail: format!("the {empty} rate limit is used up; retry after Retry-After"),
+                    retry_after_secs: ceil_secs(retry_after).max(1),
+                    quotas,
+                }
+            }
+            Refusal::ShareBusy { retry_after } => ApiError::Overloaded {
+                detail: "this tenant's share of database connections stayed busy".into(),
+                retry_after_secs: ceil_secs(retry_after).max(1),
+            },
+        }
+    }
+}
+
+impl From<crate::limits::AdmitError> for ApiError {
+    fn from(err: crate::limits::AdmitError) -> Self {
+        match err {
+            crate::limits::AdmitError::Refused(refusal) => refusal.into(),
+            crate::limits::AdmitError::Db(db) => db.into(),
+        }
+    }
+}
 
 /// An id that breaks the core's rules (empty, over 255 bytes, control characters).
 impl From<tidings_core::KeyError> for ApiError {

@@ -87,6 +87,10 @@ fn describe() {
         "Dead deliveries currently stored, by channel"
     );
     describe_counter!(
+        "tidings_limit_refusals_total",
+        "Requests refused by a limit per tenant or user, by bucket (or pool_share)."
+    );
+    describe_counter!(
         "tidings_deliveries_finished_total",
         "Deliveries that reached a final status (sent, skipped, dead) in this process"
     );
@@ -238,6 +242,12 @@ pub fn retention_rows(table: &'static str, rows: u64) {
 
 pub fn listen_up(channel: &'static str, up: bool) {
     gauge!("tidings_listen_up", "channel" => channel).set(if up { 1.0 } else { 0.0 });
+}
+
+/// A request refused by a limit: `limit` is the bucket that was empty
+/// (`writes`, `user_reads`, …) or `pool_share`.
+pub fn limit_refused(limit: &'static str) {
+    counter!("tidings_limit_refusals_total", "limit" => limit).increment(1);
 }
 
 pub fn gauge_sample_failed() {

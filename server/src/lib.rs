@@ -24,6 +24,7 @@ pub mod horizon;
 pub mod idempotency;
 pub mod instruments;
 pub mod json_nul;
+pub mod limits;
 pub mod listen;
 pub mod nats_inbox;
 pub mod outbox;

@@ -9,6 +9,7 @@ use crate::{
     auth::AuthCache,
     cache::Caches,
     horizon::Horizons,
+    limits::Limits,
     replicas::Replicas,
     secrets::SecretKeys,
     stream::{Hub, HubLimits},
@@ -31,6 +32,8 @@ pub struct AppState {
     pub horizons: Arc<Horizons>,
     /// This instance's live streams.
     pub stream: Arc<Hub>,
+    /// Rate limits and pool shares per tenant (this instance's buckets).
+    pub limits: Arc<Limits>,
 }
 
 impl AppState {
@@ -41,7 +44,9 @@ impl AppState {
             max_per_user: settings.stream.max_per_user(),
             buffer: settings.stream.buffer(),
         };
+        let tenant_limits = Arc::new(Limits::new(&settings.limits, settings.db_max_connections));
         AppState {
+            limits: tenant_limits,
             listen_pool: pool.clone(),
             replicas: Arc::new(Replicas::primary_only(pool.clone())),
             pool,

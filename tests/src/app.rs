@@ -89,6 +89,9 @@ impl TestApp {
             cmd.env("DATABASE_URL", database_url);
         }
         cmd.env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN);
+        // Tests go at their own pace, much faster than one client would: rate
+        // limits are off unless a test turns them on (tests/tests/limits.rs).
+        cmd.env("TIDINGS_RATE_LIMITS", "false");
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let (process, base) = TidingsProcess::start(cmd, "tidings listening on ").await?;
         let http = reqwest::Client::builder()

@@ -395,6 +395,24 @@ impl<'a> AdminApi<'a> {
         )
     }
 
+    /// `admin.tenant.rate_limits.set`
+    pub fn set_rate_limits(&self, tenant_id: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(
+                Method::PUT,
+                format!("/v1/admin/tenants/{tenant_id}/rate-limits"),
+            )
+            .with_json(body)
+    }
+
+    /// `admin.tenant.rate_limits.get`
+    pub fn rate_limits(&self, tenant_id: impl Display) -> Call<'a> {
+        self.0.call(
+            Method::GET,
+            format!("/v1/admin/tenants/{tenant_id}/rate-limits"),
+        )
+    }
+
     /// `admin.tenant.retention`
     pub fn set_feed_retention(&self, tenant_id: impl Display, body: &Value) -> Call<'a> {
         self.0

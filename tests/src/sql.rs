@@ -317,6 +317,30 @@ pub async fn hold_alert_entity_lock(
     blocker
 }
 
+/// Hold: takes `table`'s ACCESS EXCLUSIVE lock in a transaction the caller
+/// keeps open: every statement of the server on that table waits for it.
+pub async fn hold_table_lock(pool: &PgPool, table: &str) -> Transaction<'static, Postgres> {
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .execute(&mut *blocker)
+        .await
+        .expect("table lock");
+    blocker
+}
+
+/// Look: sessions of this database waiting for an advisory lock (requests
+/// queued behind a held entity lock).
+pub async fn advisory_lock_waiters(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pg_locks")
+}
+
 /// Hold: writes an event for `team` in a transaction that stays open until the
 /// caller commits it; returns (transaction, id, tx). A writer that took its
 /// transaction id first and commits last is what the API's own short

@@ -703,9 +703,14 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
         .expect("join")
         .expect("PostgreSQL restarts");
 
-    let pool = tidings_server::db::connect(&url, 4, Duration::from_secs(30))
-        .await
-        .expect("reconnect");
+    let pool = tidings_server::db::connect(
+        &url,
+        4,
+        Duration::from_secs(30),
+        tidings_server::config::SessionTimeouts::default(),
+    )
+    .await
+    .expect("reconnect");
     let done = eventually(Duration::from_secs(120), || async {
         sql::status_counts(&pool, &f.tenant)
             .await

@@ -92,6 +92,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/rate-limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A tenant's rate limits: its own where set, else the server's defaults. */
+        get: operations["admin.tenant.rate_limits.get"];
+        /**
+         * Set a tenant's own rate limits.
+         * @description Replaces the tenant's own rates: buckets left out take the server's
+         *     defaults again. Every instance enforces them within seconds (the
+         *     instance that answers, at once); a bucket whose rate changes starts full.
+         */
+        put: operations["admin.tenant.rate_limits.set"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant_id}/retention": {
         parameters: {
             query?: never;
@@ -1072,6 +1095,35 @@ export interface components {
             instance: string | null;
         };
         /**
+         * RateIn
+         * @description One token bucket: `per_second` tokens added per second (0: unlimited), at
+         *     most `burst` held; each request takes one.
+         */
+        RateIn: {
+            /**
+             * Format: double
+             * @description Tokens added per second, 0 to 1,000,000; 0: unlimited.
+             */
+            per_second: number;
+            /**
+             * Format: uint32
+             * @description Most tokens held, 1 to 1,000,000: the requests a client may send at once.
+             */
+            burst: number;
+        };
+        /**
+         * RateOut
+         * @description A bucket's rate as it is enforced.
+         */
+        RateOut: {
+            /** Format: double */
+            per_second: number;
+            /** Format: uint32 */
+            burst: number;
+            /** @description True: the tenant's own rate; false: the server's default. */
+            own: boolean;
+        };
+        /**
          * ReadsOut
          * @description Counts of reads that may be served by a standby, by where they went.
          */
@@ -1184,6 +1236,39 @@ export interface components {
         TenantIn: {
             /** @description A display name, 1–255 bytes. */
             name: string;
+        };
+        /**
+         * TenantRateLimitsIn
+         * @description A tenant's own rates. A bucket left out (or `null`) takes the server's
+         *     default (`TIDINGS_RATE_*`); the whole set is replaced.
+         */
+        TenantRateLimitsIn: {
+            /** @description POST /v1/events, /v1/events/batch and /v1/alerts, per tenant. */
+            writes?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), all the tenant's users together. */
+            reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description Requests with a user token (but the stream's), per user. */
+            user_reads?: components["schemas"]["RateIn"] | (never | null);
+            /** @description GET /v1/feed/stream and POST /v1/feed/stream-tickets, per tenant. */
+            stream_connects?: components["schemas"]["RateIn"] | (never | null);
+            /** @description The same, per user. */
+            user_stream_connects?: components["schemas"]["RateIn"] | (never | null);
+        };
+        /**
+         * TenantRateLimitsOut
+         * @description The rates a tenant's requests are held to, on each instance (buckets are
+         *     per instance).
+         */
+        TenantRateLimitsOut: {
+            /** Format: uuid */
+            tenant_id: string;
+            writes: components["schemas"]["RateOut"];
+            reads: components["schemas"]["RateOut"];
+            user_reads: components["schemas"]["RateOut"];
+            stream_connects: components["schemas"]["RateOut"];
+            user_stream_connects: components["schemas"]["RateOut"];
+            /** @description Whether this server enforces rate limits at all (`TIDINGS_RATE_LIMITS`). */
+            enforced: boolean;
         };
         /** TokensRevokedOut */
         TokensRevokedOut: {
@@ -1316,7 +1401,12 @@ export interface components {
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description Each bucket's state after this request, e.g. `"user_reads";r=59;t=1`: `r` tokens left, full again in `t` seconds. */
+        RateLimit: string;
+        /** @description The rate limits this request counted against (IETF httpapi ratelimit-headers draft), one per bucket, e.g. `"user_reads";q=60;w=3, "reads";q=2000;w=2`: `q` tokens at most, refilled in `w` seconds. */
+        RateLimitPolicy: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1435,7 +1525,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1470,7 +1560,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1544,7 +1634,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1579,7 +1669,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1652,7 +1742,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1687,7 +1777,229 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "admin.tenant.rate_limits.set": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantRateLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `TenantRateLimitsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantRateLimitsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1765,7 +2077,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1800,7 +2112,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1876,7 +2188,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1911,7 +2223,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -1983,7 +2295,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2018,7 +2330,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2092,7 +2404,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2127,7 +2439,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2211,7 +2523,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2246,7 +2558,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2319,7 +2631,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2354,7 +2666,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2433,7 +2745,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2468,7 +2780,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2497,6 +2809,8 @@ export interface operations {
             /** @description A retry: this idempotency key already stored this same event. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2506,6 +2820,8 @@ export interface operations {
             /** @description Stored. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2553,7 +2869,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2588,7 +2904,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2617,6 +2946,8 @@ export interface operations {
             /** @description Every event was a retry of an earlier one (by idempotency key). */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2626,6 +2957,8 @@ export interface operations {
             /** @description At least one event was stored. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2673,7 +3006,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2708,7 +3041,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2746,6 +3092,8 @@ export interface operations {
             /** @description OK: a `FeedOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2793,7 +3141,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2828,7 +3176,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2856,6 +3217,8 @@ export interface operations {
             /** @description OK: a `CountsOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2903,7 +3266,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -2938,7 +3301,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2974,6 +3350,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3021,7 +3399,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3056,7 +3434,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3092,6 +3483,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3139,7 +3532,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3174,7 +3567,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3209,6 +3615,8 @@ export interface operations {
                      *     the user's next reads for a minute).
                      */
                     "TIDINGS-CONSISTENCY-TOKEN"?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3256,7 +3664,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3291,7 +3699,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3316,6 +3737,8 @@ export interface operations {
             /** @description Created: a `StreamTicketOut`. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3363,7 +3786,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3398,7 +3821,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3429,6 +3865,8 @@ export interface operations {
             /** @description OK. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3476,7 +3914,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3511,7 +3949,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3551,6 +4002,8 @@ export interface operations {
                      *     same Idempotency-Key.
                      */
                     "Idempotency-Replayed"?: "true";
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3598,7 +4051,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3633,7 +4086,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3707,7 +4173,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3742,7 +4208,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3820,7 +4286,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3855,7 +4321,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -3929,7 +4395,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -3964,7 +4430,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4038,7 +4504,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4073,7 +4539,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4151,7 +4617,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4186,7 +4652,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4258,7 +4724,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4293,7 +4759,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4365,7 +4831,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4400,7 +4866,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4476,7 +4942,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4511,7 +4977,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4585,7 +5051,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4620,7 +5086,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4692,7 +5158,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4727,7 +5193,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -4801,7 +5267,7 @@ export interface operations {
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, or an alert's Idempotency-Key in use. */
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -4836,7 +5302,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable, or this instance is at a capacity limit; retry after Retry-After. */
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */

@@ -200,20 +200,49 @@ pub fn entity_lock_key(tenant: Uuid, event_type: &EventType, entity_id: &EntityI
     stable_lock_key(&[&tenant.to_string(), event_type, entity_id])
 }
 
+/// Why an alert was not created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// Another alert of the same (event type, entity) held the entity's lock
+    /// for longer than `lock_timeout`. The transaction is aborted: nothing
+    /// was written.
+    #[error("another alert of this event type and entity is being written; retry shortly")]
+    EntityBusy(#[source] sqlx::Error),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+impl From<CreateError> for sqlx::Error {
+    fn from(err: CreateError) -> Self {
+        match err {
+            CreateError::EntityBusy(db) | CreateError::Db(db) => db,
+        }
+    }
+}
+
 /// Creates one alert inside the caller's transaction (commit is the caller's),
 /// which began with `horizon::begin_feed_write` for the tenant: it may write
-/// in-app feed items.
+/// in-app feed items. The wait for the entity's lock is bounded (the
+/// session's `lock_timeout`), so a hot entity costs a waiting request its
+/// connection for that long at most.
 pub(super) async fn create_alert(
     conn: &mut PgConnection,
     tenant: Uuid,
     alert: &AlertRequest,
     thresholds: &FanoutThresholds,
-) -> sqlx::Result<AlertCreated> {
+) -> Result<AlertCreated, CreateError> {
     alert_store::lock_alert_entity(
         &mut *conn,
         entity_lock_key(tenant, &alert.event_type, &alert.entity_id),
     )
-    .await?;
+    .await
+    .map_err(|err| {
+        if store::is_lock_timeout(&err) {
+            CreateError::EntityBusy(err)
+        } else {
+            CreateError::Db(err)
+        }
+    })?;
     let alert_id = Uuid::now_v7();
     let channel_names: Vec<&str> = alert.channels.iter().map(|c| c.as_str()).collect();
     let row = alert_store::NewAlertRow {
@@ -290,8 +319,20 @@ pub(super) async fn create_alert(
 pub enum SubmitError {
     #[error(transparent)]
     Idempotency(#[from] IdempotencyError),
+    /// See [`CreateError::EntityBusy`]; the Idempotency-Key's lease was released.
+    #[error("another alert of this event type and entity is being written; retry shortly")]
+    EntityBusy,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+impl From<CreateError> for SubmitError {
+    fn from(err: CreateError) -> Self {
+        match err {
+            CreateError::EntityBusy(_) => SubmitError::EntityBusy,
+            CreateError::Db(db) => SubmitError::Db(db),
+        }
+    }
 }
 
 /// Either the result of this request, not yet committed, or the saved
@@ -367,7 +408,7 @@ pub async fn submit(
     let attempt = async {
         let mut tx = horizon::begin_feed_write(pool, tenant).await?;
         let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
-        Ok::<_, sqlx::Error>((tx, created))
+        Ok::<_, CreateError>((tx, created))
     }
     .await;
     match attempt {
@@ -413,6 +454,8 @@ pub async fn submit_from_inbox(
     if !inbox::insert_message(&mut *tx, tenant, message_id, InboxOutcome::Created, None).await? {
         return Ok(Handled::AlreadySeen);
     }
+    // A busy entity is an error like any other here: the message is
+    // redelivered and tries again.
     let created = create_alert(&mut tx, tenant, alert, thresholds).await?;
     let outcome = if created.is_full_replay() {
         InboxOutcome::Duplicate

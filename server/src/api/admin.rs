@@ -7,7 +7,9 @@ use uuid::Uuid;
 use super::ApiTags;
 use crate::{
     auth::AdminAuth,
+    config::Rate,
     error::{ApiError, ApiResult},
+    limits::{BucketKind, TenantRates},
     state::AppState,
     store,
     tenants::{self, TenantError},
@@ -16,6 +18,9 @@ use crate::{
 pub struct AdminApi {
     pub state: AppState,
 }
+
+/// The largest rate and burst a tenant may be given.
+const MAX_RATE: f64 = 1_000_000.0;
 
 #[derive(Debug, Object)]
 #[oai(deny_unknown_fields)]
@@ -65,6 +70,63 @@ pub struct FeedRetentionOut {
 pub enum FeedRetentionSet {
     #[oai(status = 200)]
     Set(Json<FeedRetentionOut>),
+}
+
+/// One token bucket: `per_second` tokens added per second (0: unlimited), at
+/// most `burst` held; each request takes one.
+#[derive(Debug, Clone, Copy, Object)]
+#[oai(deny_unknown_fields)]
+pub struct RateIn {
+    /// Tokens added per second, 0 to 1,000,000; 0: unlimited.
+    pub per_second: f64,
+    /// Most tokens held, 1 to 1,000,000: the requests a client may send at once.
+    pub burst: u32,
+}
+
+/// A tenant's own rates. A bucket left out (or `null`) takes the server's
+/// default (`TIDINGS_RATE_*`); the whole set is replaced.
+#[derive(Debug, Object)]
+#[oai(deny_unknown_fields)]
+pub struct TenantRateLimitsIn {
+    /// POST /v1/events, /v1/events/batch and /v1/alerts, per tenant.
+    pub writes: Option<RateIn>,
+    /// Requests with a user token (but the stream's), all the tenant's users together.
+    pub reads: Option<RateIn>,
+    /// Requests with a user token (but the stream's), per user.
+    pub user_reads: Option<RateIn>,
+    /// GET /v1/feed/stream and POST /v1/feed/stream-tickets, per tenant.
+    pub stream_connects: Option<RateIn>,
+    /// The same, per user.
+    pub user_stream_connects: Option<RateIn>,
+}
+
+/// A bucket's rate as it is enforced.
+#[derive(Debug, Object)]
+pub struct RateOut {
+    pub per_second: f64,
+    pub burst: u32,
+    /// True: the tenant's own rate; false: the server's default.
+    pub own: bool,
+}
+
+/// The rates a tenant's requests are held to, on each instance (buckets are
+/// per instance).
+#[derive(Debug, Object)]
+pub struct TenantRateLimitsOut {
+    pub tenant_id: Uuid,
+    pub writes: RateOut,
+    pub reads: RateOut,
+    pub user_reads: RateOut,
+    pub stream_connects: RateOut,
+    pub user_stream_connects: RateOut,
+    /// Whether this server enforces rate limits at all (`TIDINGS_RATE_LIMITS`).
+    pub enforced: bool,
+}
+
+#[derive(ApiResponse)]
+pub enum TenantRateLimits {
+    #[oai(status = 200)]
+    Ok(Json<TenantRateLimitsOut>),
 }
 
 #[derive(ApiResponse)]
@@ -149,6 +211,58 @@ impl AdminApi {
         }
     }
 
+    /// Set a tenant's own rate limits.
+    ///
+    /// Replaces the tenant's own rates: buckets left out take the server's
+    /// defaults again. Every instance enforces them within seconds (the
+    /// instance that answers, at once); a bucket whose rate changes starts full.
+    #[oai(
+        path = "/v1/admin/tenants/:tenant_id/rate-limits",
+        method = "put",
+        operation_id = "admin.tenant.rate_limits.set"
+    )]
+    async fn set_rate_limits(
+        &self,
+        _auth: AdminAuth,
+        tenant_id: Path<Uuid>,
+        body: Json<TenantRateLimitsIn>,
+    ) -> ApiResult<TenantRateLimits> {
+        let rates = Self::rates_in(&body)?;
+        if !self
+            .state
+            .limits
+            .set_tenant_rates(&self.state.pool, tenant_id.0, &rates)
+            .await?
+        {
+            return Err(ApiError::not_found("tenant_not_found", "no such tenant"));
+        }
+        Ok(TenantRateLimits::Ok(Json(
+            self.rate_limits_out(tenant_id.0, &rates),
+        )))
+    }
+
+    /// A tenant's rate limits: its own where set, else the server's defaults.
+    #[oai(
+        path = "/v1/admin/tenants/:tenant_id/rate-limits",
+        method = "get",
+        operation_id = "admin.tenant.rate_limits.get"
+    )]
+    async fn get_rate_limits(
+        &self,
+        _auth: AdminAuth,
+        tenant_id: Path<Uuid>,
+    ) -> ApiResult<TenantRateLimits> {
+        let own = self
+            .state
+            .limits
+            .read_tenant_rates(&self.state.pool, tenant_id.0)
+            .await?
+            .ok_or_else(|| ApiError::not_found("tenant_not_found", "no such tenant"))?;
+        Ok(TenantRateLimits::Ok(Json(
+            self.rate_limits_out(tenant_id.0, &own),
+        )))
+    }
+
     /// Set how long this tenant's feed (events and in-app items) is kept; the
     /// retention purge deletes older items within its next rounds.
     #[oai(
@@ -174,6 +288,55 @@ impl AdminApi {
 }
 
 impl AdminApi {
+    fn rate_limits_out(&self, tenant_id: Uuid, own: &TenantRates) -> TenantRateLimitsOut {
+        let out = |kind: BucketKind| {
+            let rate = self.state.limits.effective(own, kind);
+            RateOut {
+                per_second: rate.per_second,
+                burst: rate.burst,
+                own: own.get(kind).is_some(),
+            }
+        };
+        TenantRateLimitsOut {
+            tenant_id,
+            writes: out(BucketKind::Writes),
+            reads: out(BucketKind::Reads),
+            user_reads: out(BucketKind::UserReads),
+            stream_connects: out(BucketKind::Streams),
+            user_stream_connects: out(BucketKind::UserStreams),
+            enforced: self.state.settings.limits.rate_limits,
+        }
+    }
+
+    fn rates_in(body: &TenantRateLimitsIn) -> ApiResult<TenantRates> {
+        let given = [
+            (BucketKind::Writes, body.writes),
+            (BucketKind::Reads, body.reads),
+            (BucketKind::UserReads, body.user_reads),
+            (BucketKind::Streams, body.stream_connects),
+            (BucketKind::UserStreams, body.user_stream_connects),
+        ];
+        let mut rates = Vec::new();
+        for (kind, rate) in given {
+            let Some(rate) = rate else { continue };
+            let rate = Rate {
+                per_second: rate.per_second,
+                burst: rate.burst,
+            };
+            if !rate.valid() || rate.per_second > MAX_RATE || f64::from(rate.burst) > MAX_RATE {
+                return Err(ApiError::bad_request(
+                    "invalid_rate_limit",
+                    format!(
+                        "{}: per_second must be 0 (unlimited) to {MAX_RATE}, burst 1 to {MAX_RATE}",
+                        kind.as_str()
+                    ),
+                ));
+            }
+            rates.push((kind, rate));
+        }
+        Ok(TenantRates::new(rates))
+    }
+
     fn feed_retention_in_range(secs: Option<i64>) -> ApiResult<Option<i64>> {
         match secs {
             Some(s) if s < 1 => Err(ApiError::bad_request(

@@ -286,6 +286,13 @@ fn invalid_alert(err: InvalidAlert) -> ApiError {
 fn submit_problem(err: SubmitError) -> ApiError {
     match err {
         SubmitError::Idempotency(err) => idempotency_problem(err),
+        // Nothing was written; the lock is held by another alert's short
+        // transaction, so a second is plenty.
+        busy @ SubmitError::EntityBusy => ApiError::Conflict {
+            code: "entity_busy",
+            detail: busy.to_string(),
+            retry_after_secs: Some(1),
+        },
         SubmitError::Db(db) => db.into(),
     }
 }

@@ -21,7 +21,9 @@
 //! - **Limits** the server enforces become schema keywords ([`limits`]), from
 //!   the same constants the checks use.
 //! - **Headers** poem cannot declare on a shared error type: `Retry-After` on
-//!   409 and 503, `WWW-Authenticate` on 401; the replay header's one value.
+//!   409, 429 and 503, `WWW-Authenticate` on 401; the replay header's one
+//!   value; `RateLimit` and `RateLimit-Policy` on the answers of operations
+//!   with rate limits (`limits::RequestClass`), which alone keep the 429.
 //! - `servers`, a description for every response, `security: []` on the
 //!   operations anyone may call.
 
@@ -59,6 +61,7 @@ pub fn publish(generated: &str) -> Result<String, serde_json::Error> {
         }
     }
     finish_operations(&mut doc);
+    declare_ratelimit_components(&mut doc);
     limits::apply(&mut doc);
     serde_json::to_string_pretty(&doc)
 }
@@ -256,24 +259,96 @@ fn finish_operations(doc: &mut Json) {
     let Some(Json::Object(paths)) = doc.get_mut("paths") else {
         return;
     };
-    for (_, item) in paths.iter_mut() {
+    for (path, item) in paths.iter_mut() {
         let Json::Object(operations) = item else {
             continue;
         };
-        for (_, operation) in operations.iter_mut() {
+        for (method, operation) in operations.iter_mut() {
             if operation.get("security").is_none() {
                 // Anyone may call it; said explicitly so linters and
                 // generators do not assume a default scheme.
                 operation.set("security", json!([]));
             }
+            let metered = is_metered(path, method, operation);
             let Some(Json::Object(responses)) = operation.get_mut("responses") else {
                 continue;
             };
+            if !metered {
+                responses.retain(|(status, _)| status != "429");
+            }
             for (status, response) in responses.iter_mut() {
                 finish_response(status, response);
+                if metered && (status.starts_with('2') || status == "429") {
+                    declare_ratelimit_headers(response);
+                }
             }
         }
     }
+}
+
+/// Whether an operation draws on rate-limit buckets: the class the server
+/// gives it (`limits::RequestClass`), from its credential and route. (Its
+/// path uses `{x}` where the router's template has `:x`; the classes name
+/// routes without parameters.)
+fn is_metered(path: &str, method: &str, operation: &Json) -> bool {
+    let schemes: Vec<String> = match operation.get("security") {
+        Some(Json::Array(items)) => items
+            .iter()
+            .filter_map(|item| match item {
+                Json::Object(entries) => Some(entries.iter().map(|(k, _)| k.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect(),
+        _ => Vec::new(),
+    };
+    let user = schemes
+        .iter()
+        .any(|s| s == "UserTokenAuth" || s == "StreamTicketAuth");
+    let tenant = user || schemes.iter().any(|s| s == "ApiKeyAuth");
+    tenant
+        && crate::limits::RequestClass::of(&method.to_ascii_uppercase(), path, user)
+            != crate::limits::RequestClass::Unmetered
+}
+
+/// The two headers, once, under `components/headers` (each metered answer
+/// refers to them).
+fn declare_ratelimit_components(doc: &mut Json) {
+    let header = |description: &str| json!({"description": description, "required": false, "schema": {"type": "string"}});
+    let Some(components) = doc.get_mut("components") else {
+        return;
+    };
+    components.set(
+        "headers",
+        json!({
+            "RateLimitPolicy": header(
+                "The rate limits this request counted against (IETF httpapi ratelimit-headers \
+                 draft), one per bucket, e.g. `\"user_reads\";q=60;w=3, \"reads\";q=2000;w=2`: \
+                 `q` tokens at most, refilled in `w` seconds."
+            ),
+            "RateLimit": header(
+                "Each bucket's state after this request, e.g. `\"user_reads\";r=59;t=1`: `r` \
+                 tokens left, full again in `t` seconds."
+            ),
+        }),
+    );
+}
+
+fn declare_ratelimit_headers(response: &mut Json) {
+    let mut map = match response.get("headers") {
+        Some(Json::Object(existing)) => existing.clone(),
+        _ => Vec::new(),
+    };
+    for (name, component) in [
+        ("RateLimit-Policy", "RateLimitPolicy"),
+        ("RateLimit", "RateLimit"),
+    ] {
+        map.push((
+            name.into(),
+            Json::from(json!({"$ref": format!("#/components/headers/{component}")})),
+        ));
+    }
+    response.set_json("headers", Json::Object(map));
 }
 
 fn finish_response(status: &str, response: &mut Json) {
@@ -315,11 +390,12 @@ fn finish_response(status: &str, response: &mut Json) {
             "Retry-After",
             header(
                 "Seconds until the request in flight is expected to be done (at least 1): \
-                 a delivery's remaining lease, or an alert's Idempotency-Key in use.",
+                 a delivery's remaining lease, an alert's Idempotency-Key in use, or \
+                 another alert of the same entity (`entity_busy`).",
                 json!({"type": "integer", "minimum": 1}),
             ),
         )),
-        "503" => headers.push((
+        "429" | "503" => headers.push((
             "Retry-After",
             header(
                 "Seconds to wait before retrying.",

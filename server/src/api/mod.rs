@@ -2,6 +2,7 @@
 //! `OpenApiService`. Handlers parse, call one store or service function, map.
 
 pub mod admin;
+mod admission;
 pub mod alerts;
 mod body_limit;
 mod cors;
@@ -173,6 +174,7 @@ pub fn routes(state: &AppState) -> impl Endpoint {
             poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
         )
         .nest("/", api)
+        .with(admission::Admission)
         .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,

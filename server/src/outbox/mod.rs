@@ -350,6 +350,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
         url,
         args.database.db_max_connections,
         Duration::from_secs(30),
+        args.database.session_timeouts(),
     )
     .await?;
     crate::db::migrate(&pool).await?;

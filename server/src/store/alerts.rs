@@ -13,7 +13,9 @@ use super::notify::{notify, NotifyChannel};
 /// winner's transaction to end, then inserts, and ON CONFLICT sorts out what the
 /// winner committed (or, if the winner rolled back, the loser writes it all).
 /// Returns true when it had to wait. Two statements: the caller's
-/// transaction's connection.
+/// transaction's connection. The wait is bounded by the session's
+/// `lock_timeout`: past it the statement fails with `LOCK_NOT_AVAILABLE`
+/// (`store::is_lock_timeout`) and the transaction is aborted.
 pub async fn lock_alert_entity(conn: &mut PgConnection, lock_key: i64) -> sqlx::Result<bool> {
     let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(lock_key)

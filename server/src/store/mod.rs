@@ -11,6 +11,7 @@ pub mod idempotency;
 pub mod inbox;
 pub mod notify;
 pub mod outbox;
+pub mod rate_limits;
 pub mod replication;
 pub mod retention;
 pub mod stream;
@@ -18,3 +19,21 @@ pub mod teams;
 pub mod tenants;
 pub mod users;
 pub mod webhook_endpoints;
+
+/// SQLSTATE of a lock not granted within the session's `lock_timeout`
+/// (`lock_not_available`).
+pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE of a statement cancelled, here by the session's
+/// `statement_timeout` (`query_canceled`).
+pub const QUERY_CANCELED: &str = "57014";
+
+/// Whether a statement failed because it waited for a lock past `lock_timeout`.
+pub fn is_lock_timeout(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
+}
+
+/// Whether a statement ended by a session timeout (statement or lock).
+pub fn is_timeout(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if matches!(db.code().as_deref(), Some(LOCK_NOT_AVAILABLE | QUERY_CANCELED)))
+}
