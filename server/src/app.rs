@@ -3,10 +3,6 @@
 use std::{io::Write, time::Duration};
 
 use anyhow::Context;
-use poem::{
-    listener::{Acceptor, Listener, TcpListener},
-    Server,
-};
 
 use crate::{
     api,
@@ -39,6 +35,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     outbox.channels()?;
     args.retention.validate(&args.alerts)?;
     args.limits.validate()?;
+    args.http.validate()?;
     let secrets = crate::tenants::load_secret_keys(&args.database)?;
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
@@ -53,6 +50,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pool,
         Settings {
             max_body_bytes: args.max_body_bytes,
+            body_timeout: args.http.body_timeout(),
             outbox,
             admin_token,
             alerts: args.alerts.clone(),
@@ -76,27 +74,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         workers.push(api::metrics::serve_apart(&state, addr, shutdown.clone()).await?);
     }
 
-    let acceptor = TcpListener::bind(args.listen.to_string())
-        .into_acceptor()
+    let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    let local = acceptor
-        .local_addr()
-        .first()
-        .and_then(|a| a.as_socket_addr().copied())
-        .context("listener has no socket address")?;
+    let local = listener.local_addr().context("listener has no address")?;
     // The one line on stdout: scripts and tests read the bound address from it.
     println!("tidings listening on http://{local}");
     std::io::stdout().flush().ok();
     tracing::info!(%local, docs = %format!("http://{local}/docs"), "serving");
 
-    let server = Server::new_with_acceptor(acceptor).run_with_graceful_shutdown(
+    let limits = crate::http_server::Limits {
+        header_read: args.http.header_read_timeout(),
+        idle: args.http.idle_timeout(),
+        max_connections: args.http.http_max_connections,
+    };
+    let server = crate::http_server::serve(
+        listener,
         api::routes(&state),
+        limits,
         async move {
             signals.recv().await;
             trigger.trigger();
         },
-        Some(Duration::from_secs(args.shutdown_grace_secs)),
+        Duration::from_secs(args.shutdown_grace_secs),
     );
     let served = server.await;
 

@@ -88,6 +88,12 @@ pub mod defaults {
     pub const STREAM_TICKET_TTL_SECS: u64 = 60;
     /// How long a preflight's answer may be cached by the browser.
     pub const CORS_MAX_AGE_SECS: u64 = 600;
+
+    /// The HTTP listener's limits; the reasons are on [`super::HttpConfig`].
+    pub const HTTP_HEADER_READ_TIMEOUT_SECS: u64 = 10;
+    pub const HTTP_IDLE_TIMEOUT_SECS: u64 = 75;
+    pub const HTTP_BODY_TIMEOUT_SECS: u64 = 30;
+    pub const HTTP_MAX_CONNECTIONS: usize = STREAM_MAX_CONNECTIONS + 1_000;
 }
 
 #[derive(Debug, Parser)]
@@ -239,6 +245,8 @@ pub struct ServeArgs {
     pub stream: StreamConfig,
     #[command(flatten)]
     pub limits: LimitsConfig,
+    #[command(flatten)]
+    pub http: HttpConfig,
     /// Origins allowed to call the API from a browser (CORS), comma-separated,
     /// e.g. `https://app.example.com,http://localhost:5173`. Default: none, so
     /// browsers on other origins are refused.
@@ -521,6 +529,75 @@ pub fn cors_origins(raw: &[String]) -> anyhow::Result<Vec<String>> {
             Ok(origin)
         })
         .collect()
+}
+
+/// The HTTP listener's limits (`http_server`). Defaults and why:
+/// - header read 10 s: a head is a few hundred bytes, sent at once by every
+///   real client; a slow mobile link still sends it in well under a second.
+/// - idle 75 s: above the 60 s idle timeout of common load balancers, so the
+///   balancer, not Tidings, closes an idle kept-alive connection (closing
+///   first races the balancer's next request on it).
+/// - body 30 s: the largest body (TIDINGS_MAX_BODY_BYTES, 64 KiB) at 2 KB/s.
+/// - connections: the stream cap plus 1,000 for requests, since each live
+///   stream holds one. The process needs a file-descriptor limit above it
+///   plus the database pools.
+#[derive(Debug, Clone, Args)]
+pub struct HttpConfig {
+    /// Seconds from a request's first byte to the end of its head (request
+    /// line and headers); slower, the connection is closed.
+    #[arg(long, env = "TIDINGS_HTTP_HEADER_READ_TIMEOUT_SECS", default_value_t = defaults::HTTP_HEADER_READ_TIMEOUT_SECS)]
+    pub http_header_read_timeout_secs: u64,
+    /// Seconds a connection may wait for a request (new, or kept alive after a
+    /// response) without receiving a byte; then it is closed.
+    #[arg(long, env = "TIDINGS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = defaults::HTTP_IDLE_TIMEOUT_SECS)]
+    pub http_idle_timeout_secs: u64,
+    /// Seconds from the end of a request's head to the end of its body; slower,
+    /// 408 and the connection is closed.
+    #[arg(long, env = "TIDINGS_HTTP_BODY_TIMEOUT_SECS", default_value_t = defaults::HTTP_BODY_TIMEOUT_SECS)]
+    pub http_body_timeout_secs: u64,
+    /// Connections served at once (live streams included); one more is closed
+    /// as soon as it is accepted.
+    #[arg(long, env = "TIDINGS_HTTP_MAX_CONNECTIONS", default_value_t = defaults::HTTP_MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            http_header_read_timeout_secs: defaults::HTTP_HEADER_READ_TIMEOUT_SECS,
+            http_idle_timeout_secs: defaults::HTTP_IDLE_TIMEOUT_SECS,
+            http_body_timeout_secs: defaults::HTTP_BODY_TIMEOUT_SECS,
+            http_max_connections: defaults::HTTP_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl HttpConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.http_header_read_timeout_secs >= 1
+                && self.http_idle_timeout_secs >= 1
+                && self.http_body_timeout_secs >= 1,
+            "TIDINGS_HTTP_*_TIMEOUT_SECS must be at least 1"
+        );
+        anyhow::ensure!(
+            self.http_max_connections >= 1,
+            "TIDINGS_HTTP_MAX_CONNECTIONS must be at least 1"
+        );
+        Ok(())
+    }
+
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_secs(self.http_header_read_timeout_secs)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.http_idle_timeout_secs)
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_secs(self.http_body_timeout_secs)
+    }
 }
 
 /// The live stream (`GET /v1/feed/stream`).
@@ -1015,6 +1092,8 @@ pub fn redact_url(raw: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_body_bytes: usize,
+    /// From the end of a request's head to the end of its body.
+    pub body_timeout: Duration,
     pub outbox: OutboxConfig,
     /// The operator's bearer token for /v1/admin.
     pub admin_token: String,
@@ -1040,6 +1119,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_body_bytes: defaults::MAX_BODY_BYTES,
+            body_timeout: Duration::from_secs(defaults::HTTP_BODY_TIMEOUT_SECS),
             outbox: OutboxConfig::default(),
             admin_token: String::new(),
             alerts: AlertsConfig::default(),

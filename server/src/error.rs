@@ -101,6 +101,9 @@ pub enum ApiError {
     },
     #[error("request body exceeds the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive within the body timeout (TIDINGS_HTTP_BODY_TIMEOUT_SECS).
+    #[error("request body not received within {secs} s")]
+    BodyTimeout { secs: u64 },
     /// Well-formed but semantically invalid (e.g. idempotency key reused with another body).
     #[error("{detail}")]
     Unprocessable { code: &'static str, detail: String },
@@ -166,6 +169,7 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable | ApiError::Overloaded { .. } | ApiError::DatabaseTimeout => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -184,6 +188,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => "unauthorized",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::Unavailable => "unavailable",
             ApiError::DatabaseTimeout => "database_timeout",
             ApiError::RateLimited { .. } => "rate_limited",
@@ -279,6 +284,10 @@ const PROBLEM_STATUSES: &[(u16, &str)] = &[
         "The credential is valid but of the wrong kind for this endpoint.",
     ),
     (404, "The resource does not exist in this tenant."),
+    (
+        408,
+        "The request body did not arrive within the body timeout; the connection is closed.",
+    ),
     (
         409,
         "Conflicts with a request still in flight; see Retry-After.",

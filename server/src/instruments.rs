@@ -104,6 +104,18 @@ fn describe() {
         "Age of the oldest running transaction holding an xid: how far the feed horizon lags the newest write"
     );
     describe_gauge!("tidings_stream_connections", "Open live feed streams");
+    describe_gauge!(
+        "tidings_http_connections",
+        "Open HTTP connections on the API listener"
+    );
+    describe_counter!(
+        "tidings_http_connections_refused_total",
+        "Connections closed on accept because the listener was at TIDINGS_HTTP_MAX_CONNECTIONS"
+    );
+    describe_counter!(
+        "tidings_http_connections_timed_out_total",
+        "Connections closed while waiting for a request, by reason (idle_timeout, header_read_timeout)"
+    );
     describe_counter!(
         "tidings_stream_pushes_total",
         "Items pushed to live feed streams"
@@ -203,6 +215,29 @@ impl Drop for StreamGuard {
     fn drop(&mut self) {
         gauge!("tidings_stream_connections").decrement(1.0);
     }
+}
+
+#[must_use = "the connection counts as open while the guard lives"]
+pub struct HttpConnectionGuard(());
+
+pub fn http_connection_opened() -> HttpConnectionGuard {
+    gauge!("tidings_http_connections").increment(1.0);
+    HttpConnectionGuard(())
+}
+
+impl Drop for HttpConnectionGuard {
+    fn drop(&mut self) {
+        gauge!("tidings_http_connections").decrement(1.0);
+    }
+}
+
+pub fn http_connection_refused() {
+    counter!("tidings_http_connections_refused_total").increment(1);
+}
+
+/// `reason` is one of the listener's closed set (`idle_timeout`, `header_read_timeout`).
+pub fn http_connection_timed_out(reason: &'static str) {
+    counter!("tidings_http_connections_timed_out_total", "reason" => reason).increment(1);
 }
 
 /// Items pushed on a live stream.

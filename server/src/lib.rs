@@ -21,6 +21,7 @@ pub mod events;
 pub mod feed;
 pub mod gauges;
 pub mod horizon;
+pub mod http_server;
 pub mod idempotency;
 pub mod instruments;
 pub mod json_nul;

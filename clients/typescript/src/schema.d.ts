@@ -1522,6 +1522,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -1624,6 +1633,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1739,6 +1757,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -1841,6 +1868,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1961,6 +1997,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2067,6 +2112,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2185,6 +2239,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2285,6 +2348,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2394,6 +2466,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2520,6 +2601,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -2621,6 +2711,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2735,6 +2834,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2859,6 +2967,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3003,6 +3120,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3138,6 +3264,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3256,6 +3391,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3396,6 +3540,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3522,6 +3675,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3661,6 +3823,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -3776,6 +3947,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3904,6 +4084,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4048,6 +4237,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4170,6 +4368,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4276,6 +4483,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4392,6 +4608,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4494,6 +4719,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4614,6 +4848,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4721,6 +4964,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -4821,6 +5073,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4939,6 +5200,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -5041,6 +5311,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5155,6 +5434,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflicts with a request still in flight; see Retry-After. */
             409: {
                 headers: {
@@ -5257,6 +5545,15 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,6 +1,11 @@
 //! Caps request bodies. poem's `SizeLimit` trusts Content-Length and refuses
 //! requests without it; this reads the body (chunked or not) up to the limit and
-//! answers 413 with a problem body past it.
+//! answers 413 with a problem body past it, or 408 when the body has not all
+//! arrived within the body timeout (a body trickled a byte at a time would
+//! otherwise hold its connection and its task forever; `http_server` times
+//! the rest of a connection's life).
+
+use std::time::Duration;
 
 use poem::{Body, Endpoint, Middleware, Request, Result};
 
@@ -8,6 +13,7 @@ use crate::error::ApiError;
 
 pub struct BodyLimit {
     pub max_bytes: usize,
+    pub timeout: Duration,
 }
 
 impl<E: Endpoint> Middleware<E> for BodyLimit {
@@ -17,6 +23,7 @@ impl<E: Endpoint> Middleware<E> for BodyLimit {
         BodyLimitEndpoint {
             inner,
             max_bytes: self.max_bytes,
+            timeout: self.timeout,
         }
     }
 }
@@ -24,6 +31,7 @@ impl<E: Endpoint> Middleware<E> for BodyLimit {
 pub struct BodyLimitEndpoint<E> {
     inner: E,
     max_bytes: usize,
+    timeout: Duration,
 }
 
 impl<E: Endpoint> Endpoint for BodyLimitEndpoint<E> {
@@ -43,9 +51,12 @@ impl<E: Endpoint> Endpoint for BodyLimitEndpoint<E> {
         }
         let body = req.take_body();
         if !body.is_empty() {
-            let bytes = body
-                .into_bytes_limit(self.max_bytes)
+            let read = tokio::time::timeout(self.timeout, body.into_bytes_limit(self.max_bytes));
+            let bytes = read
                 .await
+                .map_err(|_| ApiError::BodyTimeout {
+                    secs: self.timeout.as_secs(),
+                })?
                 .map_err(|err| match err {
                     poem::error::ReadBodyError::PayloadTooLarge => poem::Error::from(too_large),
                     other => poem::Error::from(ApiError::bad_request(

@@ -178,6 +178,7 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
+            timeout: state.settings.body_timeout,
         })
         .data(state.clone())
         .with(observe::Observe)

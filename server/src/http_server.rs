@@ -1,0 +1,367 @@
+//! The HTTP listener: hyper's HTTP/1.1 connections driving the poem endpoint,
+//! with the limits poem's own `Server` does not have (ARCHITECTURE.md, "HTTP
+//! connections"). poem's idle timeout only notices a socket with no traffic at
+//! all, so a head or body trickled a byte at a time kept a connection forever;
+//! and it has no cap on connections.
+//!
+//! Each connection is either *waiting* for a request (new, or kept alive
+//! after a response) or *busy* (a request's response not yet finished). While
+//! waiting, it is closed when no byte arrives for the idle timeout, or when the
+//! head that began arriving is not complete within the header-read timeout.
+//! While busy, the request's body has its own deadline (`api::body_limit`),
+//! and the handler's work is bounded by its own limits, not here: a live
+//! stream is busy for as long as it is open.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use poem::{
+    endpoint::BoxEndpoint,
+    http,
+    web::{LocalAddr, RemoteAddr},
+    Addr, Endpoint, EndpointExt, IntoEndpoint,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::{watch, Semaphore},
+    task::JoinSet,
+    time::Instant,
+};
+
+use crate::instruments;
+
+/// The connection limits; `config::HttpConfig` reads them from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// From a request's first byte to the end of its head.
+    pub header_read: Duration,
+    /// Waiting for a request with no byte received.
+    pub idle: Duration,
+    /// Connections served at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+}
+
+/// Serves `endpoint` on `listener` until `signal`, then stops accepting, lets
+/// requests in flight finish for up to `grace` and closes what remains.
+pub async fn serve<E>(
+    listener: TcpListener,
+    endpoint: E,
+    limits: Limits,
+    signal: impl Future<Output = ()>,
+    grace: Duration,
+) -> io::Result<()>
+where
+    E: IntoEndpoint,
+    E::Endpoint: 'static,
+{
+    let endpoint: Arc<BoxEndpoint<'static>> =
+        Arc::new(endpoint.into_endpoint().map_to_response().boxed());
+    let local = listener.local_addr()?;
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop, stopped) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            _ = &mut signal => break,
+            accepted = listener.accept() => {
+                let (socket, remote) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        // Out of file descriptors, mostly: pause rather than spin.
+                        tracing::warn!(error = %err, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Over the cap the connection is closed at once: it costs
+                // nothing to hold, and the client (or its load balancer) can
+                // go elsewhere instead of queueing behind slow connections.
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    instruments::http_connection_refused();
+                    drop(socket);
+                    continue;
+                };
+                let endpoint = endpoint.clone();
+                let stopped = stopped.clone();
+                connections.spawn(async move {
+                    let _permit = permit;
+                    let _open = instruments::http_connection_opened();
+                    connection(socket, local, remote, endpoint, limits, stopped).await;
+                });
+            }
+            Some(done) = connections.join_next(), if !connections.is_empty() => log_panic(done),
+        }
+    }
+    drop(listener);
+    stop.send_replace(true);
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(done) = connections.join_next().await {
+            log_panic(done);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            "shutdown grace over; closing connections still busy"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+fn log_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(err) = done {
+        if err.is_panic() {
+            tracing::error!(error = %err, "a connection's task panicked");
+        }
+    }
+}
+
+/// Where a connection stands, for its supervisor.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    /// Requests whose response is not finished.
+    busy: usize,
+    /// When the connection began waiting for its next request.
+    waiting_since: Instant,
+    /// The first byte read while waiting: a request's head has begun.
+    head_started: Option<Instant>,
+}
+
+impl Phase {
+    /// When the connection is to be closed if nothing changes, and why.
+    fn deadline(&self, limits: &Limits) -> Option<(Instant, &'static str)> {
+        if self.busy > 0 {
+            None
+        } else if let Some(started) = self.head_started {
+            Some((started + limits.header_read, "header_read_timeout"))
+        } else {
+            Some((self.waiting_since + limits.idle, "idle_timeout"))
+        }
+    }
+}
+
+async fn connection(
+    socket: TcpStream,
+    local: SocketAddr,
+    remote: SocketAddr,
+    endpoint: Arc<BoxEndpoint<'static>>,
+    limits: Limits,
+    mut stopped: watch::Receiver<bool>,
+) {
+    socket.set_nodelay(true).ok();
+    let (phase, mut changes) = watch::channel(Phase {
+        busy: 0,
+        waiting_since: Instant::now(),
+        head_started: None,
+    });
+    let phase = Arc::new(phase);
+    let io = hyper_util::rt::TokioIo::new(Watched {
+        inner: socket,
+        phase: phase.clone(),
+    });
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let endpoint = endpoint.clone();
+        let busy = Busy::start(phase.clone());
+        async move {
+            let req = poem::Request::from((
+                req,
+                LocalAddr(Addr::SocketAddr(local)),
+                RemoteAddr(Addr::SocketAddr(remote)),
+                poem::http::uri::Scheme::HTTP,
+            ));
+            let response: http::Response<_> = endpoint.get_response(req).await.into();
+            // Busy until the body is sent (or dropped): a stream stays busy.
+            Ok::<_, Infallible>(response.map(|body| {
+                http_body_util::combinators::BoxBody::new(Finishing { body, _busy: busy })
+            }))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        // Our own supervisor below times the head, from its first byte.
+        .header_read_timeout(None)
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    loop {
+        let deadline = changes.borrow_and_update().deadline(&limits);
+        let sleep = async {
+            match deadline {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = changes.changed() => {}
+            _ = sleep => {
+                if let Some((_, reason)) = deadline {
+                    tracing::debug!(%remote, reason, "closing connection");
+                    instruments::http_connection_timed_out(reason);
+                }
+                // Waiting, so no request is lost: just close.
+                return;
+            }
+            _ = stopped.wait_for(|stop| *stop) => break,
+        }
+    }
+    // Shutdown: hyper closes the connection if it is waiting, or after the
+    // response in flight; the server's grace bounds the wait.
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// Marks a connection busy from a request's head to the end of its response.
+struct Busy(Arc<watch::Sender<Phase>>);
+
+impl Busy {
+    fn start(phase: Arc<watch::Sender<Phase>>) -> Self {
+        phase.send_modify(|p| {
+            p.busy += 1;
+            p.head_started = None;
+        });
+        Busy(phase)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.send_modify(|p| {
+            p.busy -= 1;
+            if p.busy == 0 {
+                p.waiting_since = Instant::now();
+                p.head_started = None;
+            }
+        });
+    }
+}
+
+/// A response body that keeps its connection busy while it lives.
+struct Finishing<B> {
+    body: B,
+    _busy: Busy,
+}
+
+impl<B> http_body::Body for Finishing<B>
+where
+    B: http_body::Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, noting the first byte that arrives while the connection waits.
+struct Watched {
+    inner: TcpStream,
+    phase: Arc<watch::Sender<Phase>>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.phase.send_if_modified(|p| {
+                let starts = p.busy == 0 && p.head_started.is_none();
+                if starts {
+                    p.head_started = Some(Instant::now());
+                }
+                starts
+            });
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        header_read: Duration::from_secs(2),
+        idle: Duration::from_secs(30),
+        max_connections: 1,
+    };
+
+    #[test]
+    fn a_waiting_connection_is_timed_by_idleness_until_a_head_begins() {
+        let now = Instant::now();
+        let mut phase = Phase {
+            busy: 0,
+            waiting_since: now,
+            head_started: None,
+        };
+        assert_eq!(
+            phase.deadline(&LIMITS),
+            Some((now + LIMITS.idle, "idle_timeout"))
+        );
+        let started = now + Duration::from_secs(1);
+        phase.head_started = Some(started);
+        assert_eq!(
+            phase.deadline(&LIMITS),
+            Some((started + LIMITS.header_read, "header_read_timeout"))
+        );
+        phase.busy = 1;
+        assert_eq!(phase.deadline(&LIMITS), None);
+    }
+}
