@@ -23,8 +23,7 @@ INSERT INTO deliveries
               last_error, sent_at)
          SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
            FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
-                AS t(k, r, c, e, s, err)
-         ON CONFLICT DO NOTHING;
+                AS t(k, r, c, e, s, err);
 INSERT INTO inbox_items
              (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
          SELECT $1, r, k, $2, $3, $4, $5, $6

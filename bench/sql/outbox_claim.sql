@@ -13,6 +13,7 @@
                 WHERE d.tenant_id = t.id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
+                  AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($3)
                 ORDER BY d.next_attempt_at
                 LIMIT 1
@@ -31,6 +32,7 @@
                 WHERE d.tenant_id = served.tenant_id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
+                  AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($3)
                 ORDER BY d.next_attempt_at
                 LIMIT share.per_tenant
@@ -39,10 +41,8 @@
             LIMIT $1
         )
         UPDATE deliveries d
-        SET status = 'sending',
-            attempts = d.attempts + 1,
-            claimed_until = now() + $2 * interval '1 millisecond',
-            next_attempt_at = now() + $2 * interval '1 millisecond'
+        SET attempts = d.attempts + 1,
+            claimed_until = now() + $2 * interval '1 millisecond'
         FROM picked p
         LEFT JOIN alerts a
                ON a.tenant_id = p.tenant_id AND a.id = p.alert_id

@@ -66,6 +66,7 @@ impl HttpRequest {
     }
 }
 
+#[derive(Clone, Copy)]
 pub enum Load {
     /// As fast as `connections` closed-loop clients go.
     Max { connections: u32 },

@@ -33,6 +33,7 @@ const WORKLOADS: &[&str] = &[
     "drain",
     "drain-peer",
     "mixed",
+    "isolation",
     "soak",
 ];
 
@@ -48,7 +49,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, soak.
+    /// drain-peer, mixed, isolation, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -195,6 +196,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             // `tidings worker` processes of its own.
             ("TIDINGS_OUTBOX_WORKERS".into(), "0".into()),
             ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
+            // Throughput workloads push one tenant (often one user) to its
+            // maximum; the isolation workload starts a server of its own with
+            // the limits on.
+            ("TIDINGS_RATE_LIMITS".into(), "false".into()),
         ],
     })
     .await?;
@@ -238,6 +243,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "drain" => workloads::drain::run(&ctx).await,
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
+            "isolation" => workloads::isolation::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
@@ -355,6 +361,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "drain" => workloads::drain::plot_soak(&path, &w.figures)?,
                     "drain-peer" => workloads::drain_peer::plot(&path, &w.figures)?,
                     "soak" => workloads::soak::plot(&path, &w.figures)?,
+                    "isolation" => workloads::isolation::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

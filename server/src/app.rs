@@ -45,6 +45,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pool.clone(),
         &args.replicas,
         args.database.db_max_connections,
+        args.database.session_timeouts(),
     )?;
     let state = AppState::new(
         pool,

@@ -25,6 +25,27 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// of each busy connection, which the pool then replaces.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
+/// Sets `statement_timeout` and `lock_timeout` on every session of a pool,
+/// once, when it connects: no round trip on the request path (rather than
+/// `SET LOCAL` in every transaction). Behind a transaction pooler a session
+/// setting does not follow the client: set them on the database role there
+/// (ARCHITECTURE.md, "Limits per tenant").
+pub fn with_session_timeouts(options: PgPoolOptions, timeouts: SessionTimeouts) -> PgPoolOptions {
+    options.after_connect(move |conn, _meta| {
+        Box::pin(async move {
+            sqlx::query(
+                "SELECT set_config('statement_timeout', $1, false),
+                        set_config('lock_timeout', $2, false)",
+            )
+            .bind(timeouts.statement.as_millis().to_string())
+            .bind(timeouts.lock.as_millis().to_string())
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
+    })
+}
+
 /// Connects with a bounded wait: a database that is still starting (or restarting)
 /// is retried for `patience` before giving up. Every session gets `timeouts`
 /// (`statement_timeout`, `lock_timeout`), set once when it connects.
@@ -36,27 +57,10 @@ pub async fn connect(
 ) -> anyhow::Result<PgPool> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
-        let attempt = PgPoolOptions::new()
+        let attempt = with_session_timeouts(PgPoolOptions::new(), timeouts)
             .max_connections(max_connections)
             .acquire_timeout(crate::config::defaults::DB_ACQUIRE_TIMEOUT)
             .test_before_acquire(false)
-            // Once per session rather than `SET LOCAL` per transaction: no
-            // round trip on the request path. (Behind a transaction pooler a
-            // session setting does not follow the client: set them on the
-            // database role there; ARCHITECTURE.md, "Limits per tenant".)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    sqlx::query(
-                        "SELECT set_config('statement_timeout', $1, false),
-                                set_config('lock_timeout', $2, false)",
-                    )
-                    .bind(timeouts.statement.as_millis().to_string())
-                    .bind(timeouts.lock.as_millis().to_string())
-                    .execute(conn)
-                    .await?;
-                    Ok(())
-                })
-            })
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
                     if meta.idle_for >= PING_IF_IDLE_FOR {

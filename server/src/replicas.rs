@@ -156,11 +156,13 @@ impl Replicas {
     }
 
     /// The standbys of `args`, connected lazily: a standby that is down at
-    /// start-up is only out of rotation.
+    /// start-up is only out of rotation. Their sessions get the primary's
+    /// statement and lock timeouts.
     pub fn connect(
         primary: PgPool,
         args: &ReplicaArgs,
         max_connections: u32,
+        timeouts: crate::config::SessionTimeouts,
     ) -> anyhow::Result<Self> {
         let mut standbys = Vec::new();
         for url in args.database_replica_urls.iter().filter(|u| !u.is_empty()) {
@@ -168,7 +170,7 @@ impl Replicas {
                 .parse()
                 .map_err(|e| anyhow::anyhow!("TIDINGS_DATABASE_REPLICA_URLS: {e}"))?;
             let name = format!("{}:{}", options.get_host(), options.get_port());
-            let pool = PgPoolOptions::new()
+            let pool = crate::db::with_session_timeouts(PgPoolOptions::new(), timeouts)
                 .max_connections(max_connections)
                 // A standby that does not answer quickly is skipped for the
                 // primary; it must not hold a request for long.

@@ -17,6 +17,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+use tidings_server::store::deliveries::STATUS_SQL;
 
 use crate::{admin_url, TestTenant};
 
@@ -114,9 +115,9 @@ pub async fn deliveries_by_channel_and_status(
     pool: &PgPool,
     tenant: &TestTenant,
 ) -> Vec<(String, String, i64)> {
-    sqlx::query_as(
-        "SELECT channel, status, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
-    )
+    sqlx::query_as(&format!(
+        "SELECT channel, {STATUS_SQL}, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+    ))
     .bind(tenant.uuid())
     .fetch_all(pool)
     .await
@@ -253,9 +254,9 @@ pub async fn delivery_ids(pool: &PgPool, channel: &str) -> Vec<i64> {
 /// Look: a tenant's deliveries by status (polled while workers run; the API
 /// would page through thousands of rows per poll).
 pub async fn status_counts(pool: &PgPool, tenant: &TestTenant) -> HashMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>(
-        "SELECT status, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY status",
-    )
+    sqlx::query_as::<_, (String, i64)>(&format!(
+        "SELECT {STATUS_SQL}, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1",
+    ))
     .bind(tenant.uuid())
     .fetch_all(pool)
     .await
@@ -283,10 +284,11 @@ impl DeliveryRow {
 /// Look: the delivery of notification `key` (one endpoint per key in the
 /// tests that use it).
 pub async fn delivery(pool: &PgPool, tenant: &TestTenant, key: &str) -> DeliveryRow {
-    sqlx::query_as(
-        "SELECT notification_key, status, attempts, last_error, sent_at IS NOT NULL AS sent_at_set
+    sqlx::query_as(&format!(
+        "SELECT notification_key, {STATUS_SQL} AS status, attempts, last_error,
+                sent_at IS NOT NULL AS sent_at_set
          FROM deliveries WHERE tenant_id = $1 AND notification_key = $2",
-    )
+    ))
     .bind(tenant.uuid())
     .bind(key)
     .fetch_one(pool)
@@ -402,7 +404,9 @@ pub async fn stage_dead_deliveries(pool: &PgPool, ids: &[i64]) {
         .expect("stage dead");
 }
 
-/// Stage: a delivery a worker claimed and is sending right now.
+/// Stage: a delivery a worker claimed and is sending right now (as a claim
+/// of a version before migration 0015 stored it, which this version reads
+/// alike).
 pub async fn stage_delivery_in_flight(pool: &PgPool, id: i64) {
     sqlx::query("UPDATE deliveries SET status = 'sending', attempts = 1, claimed_until = now() + interval '1 minute' WHERE id = $1")
         .bind(id)

@@ -7,6 +7,7 @@ pub mod fanout;
 pub mod feed;
 pub mod health;
 pub mod ingest;
+pub mod isolation;
 pub mod mixed;
 pub mod soak;
 

@@ -123,6 +123,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         ("TIDINGS_OUTBOX_WORKERS", "2"),
         ("TIDINGS_WEBHOOK_ALLOW_PRIVATE", "loopback"),
         ("TIDINGS_METRICS_SAMPLE_SECS", "5"),
+        // The soak paces its own load and measures sizes, not limits.
+        ("TIDINGS_RATE_LIMITS", "false"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

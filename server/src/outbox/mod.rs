@@ -2,14 +2,16 @@
 //!
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
-//! record the results in one statement guarded by the attempt number, repeat.
+//! record each result as it completes (grouped with the others completed
+//! meanwhile, one statement per group, guarded by the attempt number), repeat.
 //! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
 //!
 //! Delivery is at least once: a worker that dies after sending but before
 //! recording leaves a lease that expires, and the delivery is sent again with
-//! the same id (webhook-id, Message-ID). Every claim counts an attempt, so a
+//! the same id (webhook-id, Message-ID). At most `concurrency` deliveries are
+//! sent and not yet recorded at any moment, so that is what a crash repeats. Every claim counts an attempt, so a
 //! delivery that crashes its worker every time still ends `dead`.
 //!
 //! **Architecture invariant:** no transaction and no row lock is held while a
@@ -26,7 +28,10 @@ use std::{
 use futures::StreamExt;
 use sqlx::PgPool;
 use tidings_core::NextAttempt;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{mpsc, watch, Semaphore},
+    task::JoinHandle,
+};
 
 use crate::secrets::{Purpose, SecretError, SecretKeys};
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
@@ -170,60 +175,101 @@ impl Worker {
                 }
                 continue;
             }
-            let results = self.deliver(batch, claimed_at, &shutdown).await;
-            self.record(results, claimed_at, &shutdown).await;
+            self.deliver_and_record(batch, claimed_at, &shutdown).await;
         }
     }
 
-    /// Sends a batch with bounded concurrency and decides each completion.
-    async fn deliver(
+    /// Sends a batch with bounded concurrency and records each result as it
+    /// completes, together with whatever else has completed meanwhile (one
+    /// statement per group, written while the other sends go on).
+    ///
+    /// A send holds one of `concurrency` permits from before it starts until
+    /// its result is recorded, so sends on the network plus results not yet
+    /// recorded are never more than `concurrency`: a worker killed at any
+    /// moment leaves at most that many deliveries that were sent and will be
+    /// sent again when their lease ends. (Recording the batch at its end, as
+    /// before, repeated every send of the batch up to the kill.)
+    async fn deliver_and_record(
         &self,
         batch: Vec<ClaimedDelivery>,
         claimed_at: Instant,
         shutdown: &Shutdown,
-    ) -> Vec<CompletedDelivery> {
-        let deadline = self.config.start_deadline(claimed_at);
-        futures::stream::iter(batch)
-            .map(|mut delivery| async move {
-                let completion = if shutdown.is_requested() || Instant::now() >= deadline {
-                    Completion::Release
-                } else if delivery.attempts > self.config.retry.max_attempts as i32 {
-                    // Only leases that expired get here: attempts were claimed
-                    // and never recorded, so the worker died or hung each time.
-                    Completion::Dead {
-                        error: format!(
-                            "gave up after {} attempts whose workers stopped before recording a result",
-                            delivery.attempts - 1
-                        ),
+    ) {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        let sends = async move {
+            futures::stream::iter(batch)
+                .for_each_concurrent(self.config.concurrency, |delivery| {
+                    let (done_tx, permits) = (done_tx.clone(), permits.clone());
+                    async move {
+                        let Ok(permit) = permits.acquire_owned().await else {
+                            return;
+                        };
+                        let done = self.deliver_one(delivery, claimed_at, shutdown).await;
+                        // The receiver lives until every sender is gone.
+                        let _ = done_tx.send((done, permit));
                     }
-                } else {
-                    let outcome = match self.open_secrets(&mut delivery) {
-                        Ok(()) => self.channels.deliver(&delivery).await,
-                        // The key may yet be supplied (TIDINGS_SECRET_KEY):
-                        // retried, not dead at once.
-                        Err(err) => {
-                            tracing::error!(delivery = delivery.id, error = %err, "cannot open the endpoint's secret");
-                            Outcome::transient(
-                                "the endpoint's secret cannot be opened on this worker",
-                            )
-                        }
-                    };
-                    self.completion_of(&delivery, outcome)
-                };
-                if let Completion::Dead { error } = &completion {
-                    tracing::warn!(delivery = delivery.id, tenant = %delivery.tenant_id, %error, "delivery is dead");
+                })
+                .await;
+            // `done_tx` is dropped here: the recorder ends after the last group.
+        };
+        let recorder = async {
+            while let Some(first) = done_rx.recv().await {
+                let mut group = vec![first];
+                while let Ok(more) = done_rx.try_recv() {
+                    group.push(more);
                 }
-                observe(delivery.channel, &completion);
-                CompletedDelivery {
-                    tenant_id: delivery.tenant_id,
-                    id: delivery.id,
-                    attempts: delivery.attempts,
-                    completion,
+                let (results, permits): (Vec<CompletedDelivery>, Vec<_>) =
+                    group.into_iter().unzip();
+                self.record(results, claimed_at, shutdown).await;
+                drop(permits);
+            }
+        };
+        tokio::join!(sends, recorder);
+    }
+
+    /// Sends one delivery (or does not: shutdown, lease too short, out of
+    /// attempts) and decides its completion.
+    async fn deliver_one(
+        &self,
+        mut delivery: ClaimedDelivery,
+        claimed_at: Instant,
+        shutdown: &Shutdown,
+    ) -> CompletedDelivery {
+        let deadline = self.config.start_deadline(claimed_at);
+        let completion = if shutdown.is_requested() || Instant::now() >= deadline {
+            Completion::Release
+        } else if delivery.attempts > self.config.retry.max_attempts as i32 {
+            // Only leases that expired get here: attempts were claimed
+            // and never recorded, so the worker died or hung each time.
+            Completion::Dead {
+                error: format!(
+                    "gave up after {} attempts whose workers stopped before recording a result",
+                    delivery.attempts - 1
+                ),
+            }
+        } else {
+            let outcome = match self.open_secrets(&mut delivery) {
+                Ok(()) => self.channels.deliver(&delivery).await,
+                // The key may yet be supplied (TIDINGS_SECRET_KEY):
+                // retried, not dead at once.
+                Err(err) => {
+                    tracing::error!(delivery = delivery.id, error = %err, "cannot open the endpoint's secret");
+                    Outcome::transient("the endpoint's secret cannot be opened on this worker")
                 }
-            })
-            .buffer_unordered(self.config.concurrency)
-            .collect()
-            .await
+            };
+            self.completion_of(&delivery, outcome)
+        };
+        if let Completion::Dead { error } = &completion {
+            tracing::warn!(delivery = delivery.id, tenant = %delivery.tenant_id, %error, "delivery is dead");
+        }
+        observe(delivery.channel, &completion);
+        CompletedDelivery {
+            tenant_id: delivery.tenant_id,
+            id: delivery.id,
+            attempts: delivery.attempts,
+            completion,
+        }
     }
 
     /// The endpoint's secrets as the sender needs them: opened.
@@ -263,7 +309,7 @@ impl Worker {
         }
     }
 
-    /// Records a batch's results, retrying while the database is unreachable.
+    /// Records a group of results, retrying while the database is unreachable.
     /// Gives up when the lease has run out (the deliveries will be claimed and
     /// sent again: at least once) or, on shutdown, after a few seconds.
     async fn record(

@@ -42,6 +42,12 @@ impl DeliveryColumns {
 
 /// Outbox entries, written in the alert's transaction. `sent` rows (in-app,
 /// delivered by this very transaction) get their `sent_at`.
+///
+/// A plain insert, no ON CONFLICT: rows are written only for the keys this
+/// transaction's `insert_notifications` created, whose primary key is the
+/// one-per-key guarantee (invariant 4), so there is nothing to conflict with
+/// (and a speculative insertion would cost each row a second WAL record).
+/// One alert's rows take consecutive ids: neighbours in every index.
 pub async fn insert_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -57,8 +63,7 @@ pub async fn insert_deliveries(
               last_error, sent_at)
          SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
            FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
-                AS t(k, r, c, e, s, err)
-         ON CONFLICT DO NOTHING",
+                AS t(k, r, c, e, s, err)",
     )
     .bind(tenant)
     .bind(alert_id)
@@ -95,9 +100,43 @@ pub struct DeliveryRow {
     pub created_at: DateTime<Utc>,
 }
 
-const DELIVERY_COLUMNS: &str =
-    "id, alert_id, recipient_id, channel, notification_key, endpoint_id, status, \
-     attempts, last_error, next_attempt_at, sent_at, created_at";
+/// The status a delivery has, as operators, gauges and tests read it: the
+/// stored `status` is the last recorded state, and a live lease makes a
+/// `pending` or `retrying` row `sending` (the claim writes only the lease, so
+/// that it is a HOT update: `store::outbox`, migration 0015). Rows claimed by a
+/// version before 0015 are stored as `sending` and read as they are.
+pub const STATUS_SQL: &str =
+    "CASE WHEN status IN ('pending', 'retrying') AND claimed_until > now() \
+     THEN 'sending' ELSE status END";
+
+/// The condition "has status `status`" (as [`STATUS_SQL`] reads it), with
+/// the stored states as literals so that the planner can match the partial
+/// indexes: `deliveries_unsent` for every state but `sent`, whose rows (the
+/// bulk of the table) are walked through the primary key.
+pub fn status_condition(status: DeliveryStatus) -> &'static str {
+    match status {
+        DeliveryStatus::Sent => "status = 'sent'",
+        DeliveryStatus::Dead => "status = 'dead'",
+        DeliveryStatus::Skipped => "status = 'skipped'",
+        DeliveryStatus::Pending => {
+            "status = 'pending' AND (claimed_until IS NULL OR claimed_until <= now())"
+        }
+        DeliveryStatus::Retrying => {
+            "status = 'retrying' AND (claimed_until IS NULL OR claimed_until <= now())"
+        }
+        DeliveryStatus::Sending => {
+            "status IN ('pending', 'retrying', 'sending') \
+             AND (status = 'sending' OR claimed_until > now())"
+        }
+    }
+}
+
+fn delivery_columns() -> String {
+    format!(
+        "id, alert_id, recipient_id, channel, notification_key, endpoint_id, \
+         {STATUS_SQL} AS status, attempts, last_error, next_attempt_at, sent_at, created_at"
+    )
+}
 
 /// An alert's deliveries ordered by (recipient, channel, id), after the key
 /// `after` (recipient, channel, id), at most `limit`: the order of the index
@@ -112,11 +151,12 @@ pub async fn list_alert_deliveries(
 ) -> sqlx::Result<Vec<DeliveryRow>> {
     let (recipient, channel, id) = after.unwrap_or(("", "", 0));
     sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries
+        "SELECT {} FROM deliveries
           WHERE tenant_id = $1 AND alert_id = $2
             AND (recipient_id, channel) >= ($3, $4)
             AND (recipient_id, channel, id) > ($3, $4, $5)
-          ORDER BY recipient_id, channel, id LIMIT $6"
+          ORDER BY recipient_id, channel, id LIMIT $6",
+        delivery_columns()
     ))
     .bind(tenant)
     .bind(alert_id)
@@ -129,7 +169,8 @@ pub async fn list_alert_deliveries(
 }
 
 /// Deliveries in id order after `after_id`, optionally of one status, at
-/// most `limit`.
+/// most `limit`. One statement text per status (a closed set of literals,
+/// never input), so each is planned with its partial index.
 pub async fn list_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -138,12 +179,13 @@ pub async fn list_deliveries(
     limit: i64,
 ) -> sqlx::Result<Vec<DeliveryRow>> {
     sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries
-          WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) AND id > $3
-          ORDER BY id LIMIT $4"
+        "SELECT {} FROM deliveries
+          WHERE tenant_id = $1 AND ({}) AND id > $2
+          ORDER BY id LIMIT $3",
+        delivery_columns(),
+        status.map(status_condition).unwrap_or("true")
     ))
     .bind(tenant)
-    .bind(status)
     .bind(after_id.unwrap_or(0))
     .bind(limit)
     .fetch_all(db)
@@ -167,9 +209,10 @@ pub async fn lock_delivery(
     id: i64,
 ) -> sqlx::Result<Option<LockedDelivery>> {
     sqlx::query_as(&format!(
-        "SELECT {DELIVERY_COLUMNS},
+        "SELECT {},
                 EXTRACT(EPOCH FROM claimed_until - now())::float8 AS lease_left_secs
-           FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+           FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        delivery_columns()
     ))
     .bind(tenant)
     .bind(id)
@@ -187,7 +230,8 @@ pub async fn requeue_delivery(
         "UPDATE deliveries
             SET status = $3, attempts = 0, next_attempt_at = now(), claimed_until = NULL
           WHERE tenant_id = $1 AND id = $2
-          RETURNING {DELIVERY_COLUMNS}"
+          RETURNING {}",
+        delivery_columns()
     ))
     .bind(tenant)
     .bind(id)

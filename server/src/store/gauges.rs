@@ -1,6 +1,7 @@
 //! The queries behind the sampled gauges (`crate::gauges`): read-only, one
 //! statement each, no tenant (they describe the whole service).
 
+use super::deliveries::STATUS_SQL;
 use crate::deliveries::status::DeliveryStatus;
 
 /// Deliveries not yet final, per channel and status, with the age of the
@@ -15,13 +16,13 @@ pub struct BacklogRow {
 }
 
 pub async fn read_outbox_backlog(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
-    sqlx::query_as(
-        "SELECT channel, status, count(*) AS deliveries,
+    sqlx::query_as(&format!(
+        "SELECT channel, {STATUS_SQL} AS status, count(*) AS deliveries,
                 extract(epoch FROM now() - min(created_at))::float8 AS oldest_secs
            FROM deliveries
           WHERE status IN ('pending', 'retrying', 'sending')
-          GROUP BY channel, status",
-    )
+          GROUP BY 1, 2"
+    ))
     .fetch_all(db)
     .await
 }

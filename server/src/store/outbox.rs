@@ -1,11 +1,19 @@
 //! The outbox's SQL: claim a batch, record its results. Nothing else in the
 //! worker touches the database.
 //!
-//! A claimed row is `sending` with `claimed_until` = `next_attempt_at` = the end
-//! of its lease (migration 0007): "due" is then one predicate for fresh work,
-//! retries and expired leases alike — `status IN (pending, retrying, sending)
-//! AND next_attempt_at <= now()` — served by one partial index led by the
-//! tenant, which is what makes the per-tenant claim cheap.
+//! "Due" is one predicate for fresh work, retries and expired leases alike —
+//! `status IN (pending, retrying, sending) AND next_attempt_at <= now()` on
+//! the partial index `deliveries_claimable`, led by the tenant (which is what
+//! makes the per-tenant claim cheap) — plus "no live lease": `claimed_until`
+//! is NULL or past, read from the row.
+//!
+//! The claim sets `attempts` and `claimed_until` only, columns no index and no
+//! index predicate reads, so on a page with room (fillfactor 50, migration
+//! 0015) it is a HOT update that writes no index entry. A claimed row keeps
+//! its status and its place in `deliveries_claimable`; the lease is what makes
+//! it `sending` (`store::deliveries::STATUS_SQL`). Rows of versions before
+//! migration 0015 may still be stored as `sending` with the lease in
+//! `next_attempt_at`; both statements accept them.
 
 use sqlx::PgExecutor;
 use tidings_core::Channel;
@@ -73,6 +81,7 @@ pub async fn claim_deliveries(
                 WHERE d.tenant_id = t.id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
+                  AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($3)
                 ORDER BY d.next_attempt_at
                 LIMIT 1
@@ -91,6 +100,7 @@ pub async fn claim_deliveries(
                 WHERE d.tenant_id = served.tenant_id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
+                  AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($3)
                 ORDER BY d.next_attempt_at
                 LIMIT share.per_tenant
@@ -99,10 +109,8 @@ pub async fn claim_deliveries(
             LIMIT $1
         )
         UPDATE deliveries d
-        SET status = 'sending',
-            attempts = d.attempts + 1,
-            claimed_until = now() + $2 * interval '1 millisecond',
-            next_attempt_at = now() + $2 * interval '1 millisecond'
+        SET attempts = d.attempts + 1,
+            claimed_until = now() + $2 * interval '1 millisecond'
         FROM picked p
         LEFT JOIN alerts a
                ON a.tenant_id = p.tenant_id AND a.id = p.alert_id
@@ -157,10 +165,15 @@ pub struct CompletedDelivery {
     pub completion: Completion,
 }
 
-/// Records the results of a batch in one statement. Each row is written only
-/// if it is still this claim's: `status = 'sending'` and the same attempt
+/// Records results in one statement. Each row is written only if it is still
+/// this claim's: leased (`claimed_until` set), not final, and the same attempt
 /// number. A worker whose lease expired while it was delivering, and whose row
-/// was claimed again (attempts + 1), changes nothing. Returns the rows written.
+/// was claimed again (attempts + 1) or released by its new holder (lease
+/// cleared), changes nothing. Returns the rows written.
+///
+/// A final result leaves the partial indexes, so `sent` writes an entry into
+/// the primary key and `deliveries_by_alert_recipient` only; a release touches no
+/// indexed column (HOT, like the claim).
 pub async fn complete_deliveries(
     db: impl PgExecutor<'_>,
     done: &[CompletedDelivery],
@@ -198,21 +211,24 @@ pub async fn complete_deliveries(
     let result = sqlx::query(
         r#"
         UPDATE deliveries d
-        SET status = CASE r.outcome
-                         WHEN 'release' THEN CASE WHEN d.attempts > 1 THEN 'retrying' ELSE 'pending' END
-                         ELSE r.outcome
+        SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
+                          WHEN d.status <> 'sending' THEN d.status
+                          WHEN d.attempts > 1 THEN 'retrying'
+                          ELSE 'pending'
                      END,
             attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
             sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE d.sent_at END,
             next_attempt_at = CASE WHEN r.outcome = 'retrying'
                                    THEN now() + r.delay_ms * interval '1 millisecond'
-                                   ELSE now() END,
+                                   WHEN d.status = 'sending' THEN now()
+                                   ELSE d.next_attempt_at END,
             last_error = COALESCE(r.error, d.last_error),
             claimed_until = NULL
         FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
              AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         WHERE d.tenant_id = r.tenant_id AND d.id = r.id
-          AND d.attempts = r.attempts AND d.status = 'sending'
+          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+          AND d.status IN ('pending', 'retrying', 'sending')
         "#,
     )
     .bind(&tenant_ids)

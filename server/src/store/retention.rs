@@ -23,7 +23,10 @@ pub struct DeliveriesPurged {
 /// final one: sent, skipped or dead) created more than `older_than_secs` ago;
 /// with them the notifications none of whose deliveries remain, and the alerts
 /// none of whose notifications remain (and that no expansion is still
-/// writing). Walks `deliveries_by_status (tenant_id, status, id)`.
+/// writing). Walks, in id order, the primary key for `sent` (most rows) and
+/// `deliveries_unsent (tenant_id, status, id)` for the others: the status is
+/// a literal of the statement (a closed set), so the planner matches the
+/// partial index.
 ///
 /// Every modifying part sees the statement's snapshot, so "what remains"
 /// excludes what this statement deletes, explicitly. A delivery re-queued
@@ -36,24 +39,28 @@ pub async fn purge_deliveries(
     older_than_secs: f64,
     batch: i64,
 ) -> sqlx::Result<DeliveriesPurged> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "WITH oldest AS (
              SELECT tenant_id, id, created_at FROM deliveries
-              WHERE tenant_id = $1 AND status = $2
-              ORDER BY id LIMIT $4
+              WHERE tenant_id = $1 AND status = '{status}'
+              ORDER BY id LIMIT $3
          ),
          gone AS (
              DELETE FROM deliveries d USING oldest o
-              WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = $2
-                AND o.created_at < now() - make_interval(secs => $3)
+              WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = '{status}'
+                AND o.created_at < now() - make_interval(secs => $2)
              RETURNING d.tenant_id, d.id, d.notification_key
          ),
+         -- A notification's other deliveries (one per endpoint) are found by
+         -- its natural key within the alert, (alert, recipient, channel):
+         -- deliveries_by_alert_recipient. The hot table has no index on the digest.
          gone_notifications AS (
              DELETE FROM notifications n
               USING (SELECT DISTINCT tenant_id, notification_key FROM gone) g
               WHERE n.tenant_id = g.tenant_id AND n.key = g.notification_key
                 AND NOT EXISTS (SELECT 1 FROM deliveries d
-                                 WHERE d.tenant_id = n.tenant_id AND d.notification_key = n.key
+                                 WHERE d.tenant_id = n.tenant_id AND d.alert_id = n.alert_id
+                                   AND d.recipient_id = n.recipient_id AND d.channel = n.channel
                                    AND d.id NOT IN (SELECT id FROM gone))
              RETURNING n.tenant_id, n.key, n.alert_id
          ),
@@ -71,9 +78,9 @@ pub async fn purge_deliveries(
          SELECT (SELECT count(*) FROM gone) AS deliveries,
                 (SELECT count(*) FROM gone_notifications) AS notifications,
                 (SELECT count(*) FROM gone_alerts) AS alerts",
-    )
+        status = status.as_str()
+    ))
     .bind(tenant)
-    .bind(status)
     .bind(older_than_secs)
     .bind(batch)
     .fetch_one(db)
