@@ -7,12 +7,14 @@
 
 use std::collections::HashMap;
 
-use sqlx::PgPool;
 use tidings_core::{EntityId, EventType, TeamId, UserId};
 use uuid::Uuid;
 
 pub use crate::store::events::{EventRow, NewEvent};
-use crate::{horizon, idempotency::Fingerprint, payload::Payload, store::events as store};
+use crate::{
+    horizon, idempotency::Fingerprint, payload::Payload, replicas::Lsn, state::AppState,
+    store::events as store,
+};
 
 /// Most events in one batch.
 pub const MAX_BATCH: usize = 1000;
@@ -23,6 +25,15 @@ pub struct StoredEvent {
     pub event: EventRow,
     /// True when an earlier request with the same idempotency key stored it.
     pub replayed: bool,
+}
+
+/// What a post stored, and its consistency token when reads may go to hot
+/// standbys (ARCHITECTURE.md, "Reads from hot standbys").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posted {
+    /// In input order.
+    pub events: Vec<StoredEvent>,
+    pub token: Option<Lsn>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +68,11 @@ pub fn fingerprint(
 /// is returned (`replayed`); with another the whole call fails with
 /// [`EventsError::KeyReused`] and stores nothing. Results are in input order.
 pub async fn post_events(
-    pool: &PgPool,
+    state: &AppState,
     tenant_id: Uuid,
     events: &[NewEvent],
-) -> Result<Vec<StoredEvent>, EventsError> {
-    let mut tx = horizon::begin_feed_write(pool, tenant_id).await?;
+) -> Result<Posted, EventsError> {
+    let mut tx = horizon::begin_feed_write(&state.pool, tenant_id).await?;
     let ids = store::reserve_feed_item_ids(&mut *tx, events.len()).await?;
     let mut inserted = store::insert_events(&mut *tx, tenant_id, &ids, events).await?;
     // Whatever was not inserted lost on its idempotency key: to an earlier
@@ -102,5 +113,8 @@ pub async fn post_events(
         });
     }
     tx.commit().await?;
-    Ok(out)
+    // Taken after the commit, so at or past it; a pure replay wrote nothing
+    // (its original is as old as the sender's first try), and still gets one.
+    let token = state.replicas.written().await?;
+    Ok(Posted { events: out, token })
 }

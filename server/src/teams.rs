@@ -9,6 +9,7 @@ use uuid::Uuid;
 pub use crate::store::teams::MemberRow;
 use crate::{
     paging::{Page, PageRequest},
+    replicas::Lsn,
     state::AppState,
     store::teams as store,
 };
@@ -27,6 +28,15 @@ pub enum AddMemberError {
     Db(#[from] sqlx::Error),
 }
 
+/// A membership change's answer: its consistency token when reads may go to
+/// hot standbys. The token is also remembered for the member's own next reads
+/// on this instance, which thus see their new (or lost) team at once.
+#[derive(Debug, Clone)]
+pub struct MemberChange<T> {
+    pub outcome: T,
+    pub token: Option<Lsn>,
+}
+
 /// Adds `user` to `team`. Returns the membership and whether it is new; an
 /// existing membership is returned unchanged (its join position does not move).
 /// A user in `settings.bounds.max_memberships_per_user` teams joins no more
@@ -38,7 +48,7 @@ pub async fn add_member(
     tenant_id: Uuid,
     team: &TeamId,
     user: &UserId,
-) -> Result<(MemberRow, bool), AddMemberError> {
+) -> Result<MemberChange<(MemberRow, bool)>, AddMemberError> {
     let max = state.settings.bounds.max_memberships_per_user;
     let mut tx = state.pool.begin().await?;
     crate::store::lock_xact(
@@ -66,7 +76,11 @@ pub async fn add_member(
     };
     tx.commit().await?;
     forget_cached_teams(state, tenant_id, user).await;
-    Ok(result)
+    let token = state.replicas.written_by(tenant_id, user).await?;
+    Ok(MemberChange {
+        outcome: result,
+        token,
+    })
 }
 
 /// Removes a membership; false when there was none.
@@ -75,7 +89,7 @@ pub async fn remove_member(
     tenant_id: Uuid,
     team: &TeamId,
     user: &UserId,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<MemberChange<bool>> {
     let mut tx = state.pool.begin().await?;
     let removed = store::delete_member(&mut *tx, tenant_id, team, user).await?;
     if removed {
@@ -83,7 +97,15 @@ pub async fn remove_member(
     }
     tx.commit().await?;
     forget_cached_teams(state, tenant_id, user).await;
-    Ok(removed)
+    let token = if removed {
+        state.replicas.written_by(tenant_id, user).await?
+    } else {
+        None
+    };
+    Ok(MemberChange {
+        outcome: removed,
+        token,
+    })
 }
 
 /// This instance hears its own NOTIFY too; dropping the entry now makes the

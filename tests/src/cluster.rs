@@ -4,8 +4,10 @@
 //!
 //! Two clusters, so that breaking one never disturbs the other's tests:
 //! [`Cluster::shared`] (never broken on purpose) on `TIDINGS_TEST_CLUSTER_PORT`
-//! (default 25460) to +3, and [`Cluster::for_failures`] (standbys stopped,
-//! paused and promoted, then repaired by `scripts/cluster up`) on +4 to +7.
+//! (default: a port of this checkout, `base_port`) to +3, and
+//! [`Cluster::for_failures`] (standbys stopped, paused and promoted, then
+//! repaired by `scripts/cluster up`) on +4 to +7. `scripts/test` stops both
+//! after its run.
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
@@ -19,11 +21,24 @@ pub struct Cluster {
     port: u16,
 }
 
+/// `TIDINGS_TEST_CLUSTER_PORT`, or a port of this checkout's own: clusters are
+/// found by port, so two checkouts on one machine (a clone beside a CI run)
+/// must not share one, or one would stop the other's standbys. Below 32768,
+/// outside Linux's ephemeral range (scripts/cluster, `--port`).
 fn base_port() -> u16 {
     std::env::var("TIDINGS_TEST_CLUSTER_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
-        .unwrap_or(25460)
+        .unwrap_or_else(|| checkout_port(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// 20000–31999 in steps of 8 (two clusters of four ports), from the path.
+fn checkout_port(path: &str) -> u16 {
+    // FNV-1a: stable across builds and Rust versions, unlike `DefaultHasher`.
+    let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    20000 + (hash % 1500) as u16 * 8
 }
 
 fn script() -> PathBuf {

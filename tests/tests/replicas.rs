@@ -199,7 +199,9 @@ async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
     let tenant = app.create_tenant().await;
     let api = app.tenant(&tenant);
     api.put_member("team", "reader").expect(201).await;
+    api.put_member("team", "other").expect(201).await;
     let token = app.user_token(&tenant, "reader").await;
+    let other = app.user_token(&tenant, "other").await;
     for n in 0..3 {
         api.create_event(&json!({"team_id": "team", "type": format!("e{n}"), "payload": {}}))
             .expect(201)
@@ -275,6 +277,37 @@ async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
             .all(|i| i["read"] == true),
         "{page}"
     );
+    // A post's token: another member's read sent with it holds the event,
+    // although no standby has replayed it.
+    let posted = api
+        .create_event(&json!({"team_id": "team", "type": "posted", "payload": {}}))
+        .reply(201)
+        .await;
+    let post_token = posted
+        .header(TOKEN_HEADER)
+        .expect("a post answers with a consistency token")
+        .to_string();
+    let page = app
+        .user(&other)
+        .feed("")
+        .header(TOKEN_HEADER, post_token)
+        .expect(200)
+        .await;
+    assert_eq!(
+        page["items"][0]["id"],
+        posted.json()["id"],
+        "the token's read holds the post"
+    );
+    // Membership changes answer with one too.
+    let joined = api.put_member("team2", "other").reply(201).await;
+    assert!(joined.header(TOKEN_HEADER).is_some(), "a join's token");
+    let left = app
+        .tenant(&tenant)
+        .delete_member("team2", "other")
+        .reply(204)
+        .await;
+    assert!(left.header(TOKEN_HEADER).is_some(), "a leave's token");
+
     // Paused standbys fall behind the bound and leave rotation.
     for n in 0..3 {
         api.create_event(&json!({"team_id": "team", "type": format!("lag{n}"), "payload": {}}))

@@ -2574,6 +2574,13 @@ export interface operations {
             /** @description The user joined the team now. */
             201: {
                 headers: {
+                    /**
+                     * @description The change's consistency token, when reads may be served by hot
+                     *     standbys: a read sent with it in the header of the same name
+                     *     reflects the change (the member's own reads on this server do for
+                     *     a minute without it).
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2693,6 +2700,13 @@ export interface operations {
             /** @description Removed; the team's events left the user's feed. */
             204: {
                 headers: {
+                    /**
+                     * @description The change's consistency token, when reads may be served by hot
+                     *     standbys: a read sent with it in the header of the same name
+                     *     reflects the change (the member's own reads on this server do for
+                     *     a minute without it).
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2934,6 +2948,12 @@ export interface operations {
             /** @description A retry: this idempotency key already stored this same event. */
             200: {
                 headers: {
+                    /**
+                     * @description The post's consistency token, when reads may be served by hot
+                     *     standbys: a front end that sends it back in the header of the same
+                     *     name on `GET /v1/feed` reads a feed that holds these events.
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -2945,6 +2965,12 @@ export interface operations {
             /** @description Stored. */
             201: {
                 headers: {
+                    /**
+                     * @description The post's consistency token, when reads may be served by hot
+                     *     standbys: a front end that sends it back in the header of the same
+                     *     name on `GET /v1/feed` reads a feed that holds these events.
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -3080,6 +3106,12 @@ export interface operations {
             /** @description Every event was a retry of an earlier one (by idempotency key). */
             200: {
                 headers: {
+                    /**
+                     * @description The post's consistency token, when reads may be served by hot
+                     *     standbys: a front end that sends it back in the header of the same
+                     *     name on `GET /v1/feed` reads a feed that holds these events.
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -3091,6 +3123,12 @@ export interface operations {
             /** @description At least one event was stored. */
             201: {
                 headers: {
+                    /**
+                     * @description The post's consistency token, when reads may be served by hot
+                     *     standbys: a front end that sends it back in the header of the same
+                     *     name on `GET /v1/feed` reads a feed that holds these events.
+                     */
+                    "TIDINGS-CONSISTENCY-TOKEN"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;

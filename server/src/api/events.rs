@@ -8,7 +8,7 @@ use super::ApiTags;
 use crate::{
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
-    events::{self, EventsError, NewEvent, StoredEvent, MAX_BATCH},
+    events::{self, EventsError, NewEvent, Posted, StoredEvent, MAX_BATCH},
     payload::{Payload, PayloadError},
     state::AppState,
 };
@@ -102,20 +102,48 @@ pub struct EventBatchOut {
 pub enum CreateEventResponse {
     /// Stored.
     #[oai(status = 201)]
-    Created(Json<EventCreatedOut>),
+    Created(
+        Json<EventCreatedOut>,
+        /// The post's consistency token, when reads may be served by hot
+        /// standbys: a front end that sends it back in the header of the same
+        /// name on `GET /v1/feed` reads a feed that holds these events.
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
     /// A retry: this idempotency key already stored this same event.
     #[oai(status = 200)]
-    Replayed(Json<EventCreatedOut>),
+    Replayed(
+        Json<EventCreatedOut>,
+        /// The post's consistency token, when reads may be served by hot
+        /// standbys: a front end that sends it back in the header of the same
+        /// name on `GET /v1/feed` reads a feed that holds these events.
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
 }
 
 #[derive(ApiResponse)]
 pub enum CreateBatchResponse {
     /// At least one event was stored.
     #[oai(status = 201)]
-    Created(Json<EventBatchOut>),
+    Created(
+        Json<EventBatchOut>,
+        /// The post's consistency token, when reads may be served by hot
+        /// standbys: a front end that sends it back in the header of the same
+        /// name on `GET /v1/feed` reads a feed that holds these events.
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
     /// Every event was a retry of an earlier one (by idempotency key).
     #[oai(status = 200)]
-    Replayed(Json<EventBatchOut>),
+    Replayed(
+        Json<EventBatchOut>,
+        /// The post's consistency token, when reads may be served by hot
+        /// standbys: a front end that sends it back in the header of the same
+        /// name on `GET /v1/feed` reads a feed that holds these events.
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
 }
 
 #[OpenApi(tag = "ApiTags::Events")]
@@ -131,14 +159,16 @@ impl EventsApi {
         body: Json<EventIn>,
     ) -> ApiResult<CreateEventResponse> {
         let event = parse_event(body.0, None)?;
-        let mut stored = insert(&self.state, auth, &[event]).await?;
-        let stored = stored
+        let mut posted = insert(&self.state, auth, &[event]).await?;
+        let token = posted.token.map(|t| t.to_string());
+        let stored = posted
+            .events
             .pop()
             .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("insert returned no event")))?;
         Ok(if stored.replayed {
-            CreateEventResponse::Replayed(Json(stored.into()))
+            CreateEventResponse::Replayed(Json(stored.into()), token)
         } else {
-            CreateEventResponse::Created(Json(stored.into()))
+            CreateEventResponse::Created(Json(stored.into()), token)
         })
     }
 
@@ -171,25 +201,26 @@ impl EventsApi {
             .enumerate()
             .map(|(i, e)| parse_event(e, Some(i)))
             .collect::<Result<Vec<_>, _>>()?;
-        let stored = insert(&self.state, auth, &events).await?;
-        let all_replayed = stored.iter().all(|e| e.replayed);
+        let posted = insert(&self.state, auth, &events).await?;
+        let token = posted.token.map(|t| t.to_string());
+        let all_replayed = posted.events.iter().all(|e| e.replayed);
         let out = Json(EventBatchOut {
-            events: stored.into_iter().map(EventCreatedOut::from).collect(),
+            events: posted
+                .events
+                .into_iter()
+                .map(EventCreatedOut::from)
+                .collect(),
         });
         Ok(if all_replayed {
-            CreateBatchResponse::Replayed(out)
+            CreateBatchResponse::Replayed(out, token)
         } else {
-            CreateBatchResponse::Created(out)
+            CreateBatchResponse::Created(out, token)
         })
     }
 }
 
-async fn insert(
-    state: &AppState,
-    auth: ApiKeyAuth,
-    events: &[NewEvent],
-) -> ApiResult<Vec<StoredEvent>> {
-    events::post_events(&state.pool, auth.0.tenant_id, events)
+async fn insert(state: &AppState, auth: ApiKeyAuth, events: &[NewEvent]) -> ApiResult<Posted> {
+    events::post_events(state, auth.0.tenant_id, events)
         .await
         .map_err(|err| match err {
             EventsError::KeyReused { .. } => {

@@ -71,7 +71,15 @@ pub struct MemberPage {
 pub enum PutMemberResponse {
     /// The user joined the team now.
     #[oai(status = 201)]
-    Created(Json<MemberOut>),
+    Created(
+        Json<MemberOut>,
+        /// The change's consistency token, when reads may be served by hot
+        /// standbys: a read sent with it in the header of the same name
+        /// reflects the change (the member's own reads on this server do for
+        /// a minute without it).
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
     /// The user already was a member; nothing changed.
     #[oai(status = 200)]
     Existing(Json<MemberOut>),
@@ -81,7 +89,14 @@ pub enum PutMemberResponse {
 pub enum DeleteMemberResponse {
     /// Removed; the team's events left the user's feed.
     #[oai(status = 204)]
-    Removed,
+    Removed(
+        /// The change's consistency token, when reads may be served by hot
+        /// standbys: a read sent with it in the header of the same name
+        /// reflects the change (the member's own reads on this server do for
+        /// a minute without it).
+        #[oai(header = "Tidings-Consistency-Token")]
+        Option<String>,
+    ),
 }
 
 #[OpenApi(tag = "ApiTags::Teams")]
@@ -107,7 +122,7 @@ impl TeamsApi {
     ) -> ApiResult<PutMemberResponse> {
         let team = TeamId::parse(team_id.0)?;
         let user = UserId::parse(user_id.0)?;
-        let (row, created) = teams::add_member(&self.state, auth.0.tenant_id, &team, &user)
+        let change = teams::add_member(&self.state, auth.0.tenant_id, &team, &user)
             .await
             .map_err(|err| match err {
                 err @ teams::AddMemberError::TooMany { .. } => {
@@ -115,8 +130,9 @@ impl TeamsApi {
                 }
                 teams::AddMemberError::Db(db) => db.into(),
             })?;
+        let (row, created) = change.outcome;
         Ok(if created {
-            PutMemberResponse::Created(Json(row.into()))
+            PutMemberResponse::Created(Json(row.into()), change.token.map(|t| t.to_string()))
         } else {
             PutMemberResponse::Existing(Json(row.into()))
         })
@@ -140,8 +156,11 @@ impl TeamsApi {
     ) -> ApiResult<DeleteMemberResponse> {
         let team = TeamId::parse(team_id.0)?;
         let user = UserId::parse(user_id.0)?;
-        if teams::remove_member(&self.state, auth.0.tenant_id, &team, &user).await? {
-            Ok(DeleteMemberResponse::Removed)
+        let change = teams::remove_member(&self.state, auth.0.tenant_id, &team, &user).await?;
+        if change.outcome {
+            Ok(DeleteMemberResponse::Removed(
+                change.token.map(|t| t.to_string()),
+            ))
         } else {
             Err(ApiError::not_found(
                 "membership_not_found",
