@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod isolation;
 pub mod mixed;
 pub mod soak;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 
