@@ -688,29 +688,33 @@ pub struct LimitsConfig {
     /// (`PUT /v1/admin/tenants/{id}/rate-limits`) wins over every default here.
     #[arg(long, env = "TIDINGS_RATE_WRITES_PER_SEC", default_value_t = defaults::RATE_WRITES_PER_SEC)]
     pub rate_writes_per_sec: f64,
-    /// Writes a tenant may send at once above its rate.
+    /// Writes a tenant may send at once above its rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_WRITES_BURST", default_value_t = defaults::RATE_WRITES_BURST)]
     pub rate_writes_burst: u32,
     /// Requests with a user token (feed, counts, marks, stream tickets) per
     /// second per tenant, all its users together; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_READS_PER_SEC", default_value_t = defaults::RATE_READS_PER_SEC)]
     pub rate_reads_per_sec: f64,
+    /// Requests of the tenant's reads allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_READS_BURST", default_value_t = defaults::RATE_READS_BURST)]
     pub rate_reads_burst: u32,
     /// Requests with a user token per second per user; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_USER_READS_PER_SEC", default_value_t = defaults::RATE_USER_READS_PER_SEC)]
     pub rate_user_reads_per_sec: f64,
+    /// Requests of the user's reads allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_USER_READS_BURST", default_value_t = defaults::RATE_USER_READS_BURST)]
     pub rate_user_reads_burst: u32,
     /// Stream connects (GET /v1/feed/stream, POST /v1/feed/stream-tickets)
     /// per second per tenant; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_STREAMS_PER_SEC", default_value_t = defaults::RATE_STREAMS_PER_SEC)]
     pub rate_streams_per_sec: f64,
+    /// Requests of the tenant's stream connects allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_STREAMS_BURST", default_value_t = defaults::RATE_STREAMS_BURST)]
     pub rate_streams_burst: u32,
     /// Stream connects per second per user; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_PER_SEC", default_value_t = defaults::RATE_USER_STREAMS_PER_SEC)]
     pub rate_user_streams_per_sec: f64,
+    /// Requests of the user's stream connects allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_BURST", default_value_t = defaults::RATE_USER_STREAMS_BURST)]
     pub rate_user_streams_burst: u32,
     /// Percentage of the pool's connections one tenant's requests may hold at
