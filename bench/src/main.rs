@@ -109,7 +109,19 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let started_at = chrono::Utc::now();
-    let tier = Tier::get(args.tier);
+    let mut tier = Tier::get(args.tier);
+    // The outbox and alert workloads read no events: tier M's 10M (minutes of
+    // seeding, GBs of a shared disk) would only slow them down. Their tenants,
+    // users and teams are seeded as usual; the JSON records the count used.
+    const READ_NO_EVENTS: [&str; 3] = ["drain-peer", "ingest", "drain"];
+    if !args.only.is_empty()
+        && args
+            .only
+            .iter()
+            .all(|o| READ_NO_EVENTS.contains(&o.as_str()))
+    {
+        tier.events = tier.events.min(100_000);
+    }
     for name in &args.only {
         anyhow::ensure!(
             WORKLOADS.contains(&name.as_str()),

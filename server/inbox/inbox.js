@@ -280,19 +280,20 @@ class Inbox {
 
   /**
    * One own mark: the badge changed at once (the model did it); the server's
-   * answer must equal it. With several marks in flight an answer may not
-   * include the others, so only a lone mark is checked; the rest is settled
-   * by a refresh once all are answered.
+   * answer must equal it. Marks in flight together commit in any order, so
+   * an answer may lack the others: only a mark that was alone from start to
+   * answer is checked; the rest is settled by a refresh once all are answered.
    */
   async ownMark(method, path, body) {
-    this.markGeneration += 1;
+    const alone = this.marksInFlight === 0;
+    const generation = ++this.markGeneration;
     this.marksInFlight += 1;
     this.render();
     let check = false;
     try {
       const marks = await this.call(method, path, body);
       this.model.adoptMarks(marks);
-      if (this.marksInFlight === 1) {
+      if (alone && generation === this.markGeneration) {
         check = this.model.checkAgainst(marks);
       }
     } catch (err) {

@@ -94,6 +94,10 @@ pub mod defaults {
     pub const HTTP_IDLE_TIMEOUT_SECS: u64 = 75;
     pub const HTTP_BODY_TIMEOUT_SECS: u64 = 30;
     pub const HTTP_MAX_CONNECTIONS: usize = STREAM_MAX_CONNECTIONS + 1_000;
+
+    /// Bounds on stored work; the reasons are on [`super::BoundsConfig`].
+    pub const MAX_WEBHOOK_ENDPOINTS: u32 = 50;
+    pub const MAX_MEMBERSHIPS_PER_USER: u32 = 1_000;
 }
 
 #[derive(Debug, Parser)]
@@ -247,6 +251,8 @@ pub struct ServeArgs {
     pub limits: LimitsConfig,
     #[command(flatten)]
     pub http: HttpConfig,
+    #[command(flatten)]
+    pub bounds: BoundsConfig,
     /// Origins allowed to call the API from a browser (CORS), comma-separated,
     /// e.g. `https://app.example.com,http://localhost:5173`. Default: none, so
     /// browsers on other origins are refused.
@@ -531,6 +537,35 @@ pub fn cors_origins(raw: &[String]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
+/// Bounds on the work one request may store or ask for (ARCHITECTURE.md,
+/// "Bounded work per request"). Defaults and why:
+/// - 50 webhook endpoints per tenant: every webhook alert writes a delivery
+///   per recipient and endpoint, so endpoints multiply an alert's rows; 50
+///   covers an integration per environment and team.
+/// - 1,000 memberships per user: a feed read costs a probe per team (300
+///   teams measured 176 ms), and 1,000 is the largest the feed's limits
+///   section reasons about.
+#[derive(Debug, Clone, Args)]
+pub struct BoundsConfig {
+    /// Webhook endpoints one tenant may have; creating one more is refused
+    /// with 422 `webhook_endpoint_limit`.
+    #[arg(long, env = "TIDINGS_MAX_WEBHOOK_ENDPOINTS", default_value_t = defaults::MAX_WEBHOOK_ENDPOINTS)]
+    pub max_webhook_endpoints: u32,
+    /// Teams one user may belong to; joining one more is refused with 422
+    /// `membership_limit`.
+    #[arg(long, env = "TIDINGS_MAX_MEMBERSHIPS_PER_USER", default_value_t = defaults::MAX_MEMBERSHIPS_PER_USER)]
+    pub max_memberships_per_user: u32,
+}
+
+impl Default for BoundsConfig {
+    fn default() -> Self {
+        BoundsConfig {
+            max_webhook_endpoints: defaults::MAX_WEBHOOK_ENDPOINTS,
+            max_memberships_per_user: defaults::MAX_MEMBERSHIPS_PER_USER,
+        }
+    }
+}
+
 /// The HTTP listener's limits (`http_server`). Defaults and why:
 /// - header read 10 s: a head is a few hundred bytes, sent at once by every
 ///   real client; a slow mobile link still sends it in well under a second.
@@ -688,29 +723,33 @@ pub struct LimitsConfig {
     /// (`PUT /v1/admin/tenants/{id}/rate-limits`) wins over every default here.
     #[arg(long, env = "TIDINGS_RATE_WRITES_PER_SEC", default_value_t = defaults::RATE_WRITES_PER_SEC)]
     pub rate_writes_per_sec: f64,
-    /// Writes a tenant may send at once above its rate.
+    /// Writes a tenant may send at once above its rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_WRITES_BURST", default_value_t = defaults::RATE_WRITES_BURST)]
     pub rate_writes_burst: u32,
     /// Requests with a user token (feed, counts, marks, stream tickets) per
     /// second per tenant, all its users together; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_READS_PER_SEC", default_value_t = defaults::RATE_READS_PER_SEC)]
     pub rate_reads_per_sec: f64,
+    /// Requests of the tenant's reads allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_READS_BURST", default_value_t = defaults::RATE_READS_BURST)]
     pub rate_reads_burst: u32,
     /// Requests with a user token per second per user; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_USER_READS_PER_SEC", default_value_t = defaults::RATE_USER_READS_PER_SEC)]
     pub rate_user_reads_per_sec: f64,
+    /// Requests of the user's reads allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_USER_READS_BURST", default_value_t = defaults::RATE_USER_READS_BURST)]
     pub rate_user_reads_burst: u32,
     /// Stream connects (GET /v1/feed/stream, POST /v1/feed/stream-tickets)
     /// per second per tenant; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_STREAMS_PER_SEC", default_value_t = defaults::RATE_STREAMS_PER_SEC)]
     pub rate_streams_per_sec: f64,
+    /// Requests of the tenant's stream connects allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_STREAMS_BURST", default_value_t = defaults::RATE_STREAMS_BURST)]
     pub rate_streams_burst: u32,
     /// Stream connects per second per user; 0: unlimited.
     #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_PER_SEC", default_value_t = defaults::RATE_USER_STREAMS_PER_SEC)]
     pub rate_user_streams_per_sec: f64,
+    /// Requests of the user's stream connects allowed at once above the rate (the bucket's size).
     #[arg(long, env = "TIDINGS_RATE_USER_STREAMS_BURST", default_value_t = defaults::RATE_USER_STREAMS_BURST)]
     pub rate_user_streams_burst: u32,
     /// Percentage of the pool's connections one tenant's requests may hold at
@@ -1109,6 +1148,8 @@ pub struct Settings {
     pub stream: StreamConfig,
     /// Rate limits and the pool share per tenant.
     pub limits: LimitsConfig,
+    /// Caps on stored work per tenant, user and alert.
+    pub bounds: BoundsConfig,
     /// Connections of the primary's pool (the pool share is a part of it).
     pub db_max_connections: u32,
     /// Origins allowed by CORS; empty: none.
@@ -1129,6 +1170,7 @@ impl Default for Settings {
             auth: AuthConfig::default(),
             stream: StreamConfig::default(),
             limits: LimitsConfig::default(),
+            bounds: BoundsConfig::default(),
             db_max_connections: defaults::DB_MAX_CONNECTIONS,
             cors_origins: Vec::new(),
         }

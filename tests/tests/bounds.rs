@@ -1,9 +1,10 @@
 //! Bounded resources per connection and per request (issue 11: slowloris,
 //! connection cap, caps on stored work, paged answers, fair expansion).
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
-use tidings_tests::{AppOptions, TestApp};
+use serde_json::{json, Value};
+use tidings_tests::{client::TenantApi, AppOptions, TenantFixture, TestApp};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -154,4 +155,169 @@ async fn connections_over_the_cap_are_closed_and_the_cap_frees_up() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn webhook_endpoints_past_the_cap_are_refused_naming_it_and_nothing_is_stored() {
+    let f =
+        TenantFixture::spawn_with(AppOptions::env([("TIDINGS_MAX_WEBHOOK_ENDPOINTS", "3")])).await;
+    let api = f.api();
+    let body = json!({"url": "https://example.com/hook"});
+    // Five at once: the cap holds under concurrency, not only in sequence.
+    let replies = futures::future::join_all(
+        (0..5).map(|_| api.create_endpoint(&body).reply_one_of(&[201, 422])),
+    )
+    .await;
+    let created = replies.iter().filter(|r| r.status == 201).count();
+    assert_eq!(created, 3, "{replies:?}");
+    for refused in replies.iter().filter(|r| r.status == 422) {
+        let problem = refused.problem();
+        assert_eq!(problem["code"], "webhook_endpoint_limit", "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("TIDINGS_MAX_WEBHOOK_ENDPOINTS"),
+            "{problem}"
+        );
+    }
+    let listed = api.list_endpoints().expect(200).await;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 3, "{listed}");
+    // Deleting one makes room for one.
+    let id = listed["data"][0]["id"].as_str().unwrap().to_owned();
+    api.delete_endpoint(&id).expect(204).await;
+    api.create_endpoint(&body).expect(201).await;
+    api.create_endpoint(&body).problem(422).await;
+}
+
+#[tokio::test]
+async fn memberships_past_the_cap_are_refused_naming_it_and_nothing_is_stored() {
+    let f = TenantFixture::spawn_with(AppOptions::env([("TIDINGS_MAX_MEMBERSHIPS_PER_USER", "3")]))
+        .await;
+    let api = f.api();
+    let teams: Vec<String> = (0..6).map(|i| format!("team-{i}")).collect();
+    let replies = futures::future::join_all(
+        teams
+            .iter()
+            .map(|t| api.put_member(t, "ann").reply_one_of(&[201, 422])),
+    )
+    .await;
+    let joined: Vec<&String> = teams
+        .iter()
+        .zip(&replies)
+        .filter(|(_, r)| r.status == 201)
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(joined.len(), 3, "{replies:?}");
+    for refused in replies.iter().filter(|r| r.status == 422) {
+        let problem = refused.problem();
+        assert_eq!(problem["code"], "membership_limit", "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("TIDINGS_MAX_MEMBERSHIPS_PER_USER"),
+            "{problem}"
+        );
+    }
+    for team in &teams {
+        let members = api.list_members(team, "").expect(200).await;
+        let is_member = members["members"].as_array().unwrap().len() == 1;
+        assert_eq!(is_member, joined.contains(&team), "{team}: {members}");
+    }
+    // At the cap, an existing membership is still answered as such; another
+    // user is not held back by ann's count.
+    api.put_member(joined[0], "ann").expect(200).await;
+    api.put_member("team-5", "bob").expect(201).await;
+}
+
+/// Every page of a list, following `next_cursor` until it is absent.
+async fn walk(first: Value, mut next: impl AsyncFnMut(&str) -> Value, items: &str) -> Vec<Value> {
+    let mut page = first;
+    let mut all = Vec::new();
+    loop {
+        all.extend(page[items].as_array().unwrap().iter().cloned());
+        match page["next_cursor"].as_str() {
+            Some(cursor) => page = next(cursor).await,
+            None => return all,
+        }
+    }
+}
+
+fn assert_each_once(items: &[Value], key: &str, want: usize) {
+    let ids: HashSet<String> = items.iter().map(|i| i[key].to_string()).collect();
+    assert_eq!(items.len(), want, "items");
+    assert_eq!(ids.len(), want, "distinct items");
+}
+
+async fn endpoints(api: &TenantApi<'_>, n: usize) {
+    for _ in 0..n {
+        api.create_endpoint(&json!({"url": "https://example.com/hook"}))
+            .expect(201)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn the_endpoint_list_pages_through_every_endpoint_once() {
+    let f = TenantFixture::spawn().await;
+    let api = f.api();
+    endpoints(&api, 7).await;
+    let first = api.list_endpoints_page("?limit=3").expect(200).await;
+    let all = walk(
+        first,
+        async |cursor| {
+            api.list_endpoints_page(&format!("?limit=3&cursor={cursor}"))
+                .expect(200)
+                .await
+        },
+        "data",
+    )
+    .await;
+    assert_each_once(&all, "id", 7);
+    let whole = api.list_endpoints().expect(200).await;
+    assert!(whole["next_cursor"].is_null(), "{whole}");
+    api.list_endpoints_page("?limit=0").problem(400).await;
+    api.list_endpoints_page("?cursor=x").problem(400).await;
+}
+
+#[tokio::test]
+async fn an_alert_pages_through_every_delivery_once() {
+    // No workers: the deliveries stay as written while the test reads them.
+    let f = TenantFixture::spawn_with(AppOptions::env([("TIDINGS_OUTBOX_WORKERS", "0")])).await;
+    let api = f.api();
+    endpoints(&api, 3).await;
+    let recipients: Vec<String> = (0..30).map(|i| format!("user-{i:02}")).collect();
+    let alert = api
+        .create_alert(&json!({
+            "event_type": "invoice.overdue",
+            "entity_id": "inv-1",
+            "recipients": recipients,
+            "channels": ["in_app", "webhook"],
+            "payload": {},
+        }))
+        .expect(202)
+        .await;
+    let id = alert["alert_id"].as_str().unwrap().to_owned();
+    // 30 in-app + 30 × 3 webhook deliveries; the default page is 100.
+    let first = api.get_alert(&id).expect(200).await;
+    assert_eq!(
+        first["deliveries"].as_array().unwrap().len(),
+        100,
+        "{first}"
+    );
+    assert!(first["next_cursor"].is_string());
+    let first = api.get_alert_page(&id, "?limit=7").expect(200).await;
+    let all = walk(
+        first,
+        async |cursor| {
+            api.get_alert_page(&id, &format!("?limit=7&cursor={cursor}"))
+                .expect(200)
+                .await
+        },
+        "deliveries",
+    )
+    .await;
+    assert_each_once(&all, "id", 120);
+    api.get_alert_page(&id, "?limit=1001").problem(400).await;
 }

@@ -140,6 +140,25 @@ impl Ctx {
             .await
     }
 
+    /// `pgbench` whose sessions find `schema`'s tables first (then public's).
+    pub async fn pgbench_in_schema(
+        &self,
+        script: &Path,
+        vars: &[(String, String)],
+        schema: &str,
+    ) -> anyhow::Result<Measure> {
+        self.tools
+            .pgbench_with_options(
+                &self.target,
+                script,
+                self.tier.connections,
+                self.tier.measure,
+                vars,
+                Some(&format!("-c search_path={schema},public")),
+            )
+            .await
+    }
+
     /// Does the running server answer this path (anything but 404/405)?
     pub async fn route_exists(&self, method: reqwest::Method, path: &str) -> anyhow::Result<bool> {
         let status = self
