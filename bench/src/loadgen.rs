@@ -176,7 +176,25 @@ impl Tools {
         duration: Duration,
         vars: &[(String, String)],
     ) -> anyhow::Result<Measure> {
+        self.pgbench_with_options(target, script, clients, duration, vars, None)
+            .await
+    }
+
+    /// `pgbench` with server options for its sessions (`PGOPTIONS`, e.g.
+    /// `-c search_path=…`): the same statement text against other tables.
+    pub async fn pgbench_with_options(
+        &self,
+        target: &Target,
+        script: &Path,
+        clients: u32,
+        duration: Duration,
+        vars: &[(String, String)],
+        options: Option<&str>,
+    ) -> anyhow::Result<Measure> {
         let mut cmd = Command::new(&self.pgbench);
+        if let Some(options) = options {
+            cmd.env("PGOPTIONS", options);
+        }
         cmd.args(["-n", "-M", "prepared"])
             .arg("-f")
             .arg(script)

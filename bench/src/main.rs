@@ -34,6 +34,7 @@ const WORKLOADS: &[&str] = &[
     "drain-peer",
     "mixed",
     "isolation",
+    "stream",
     "soak",
 ];
 
@@ -49,7 +50,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, isolation, soak.
+    /// drain-peer, mixed, isolation, stream, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -109,7 +110,19 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let started_at = chrono::Utc::now();
-    let tier = Tier::get(args.tier);
+    let mut tier = Tier::get(args.tier);
+    // The outbox and alert workloads read no events: tier M's 10M (minutes of
+    // seeding, GBs of a shared disk) would only slow them down. Their tenants,
+    // users and teams are seeded as usual; the JSON records the count used.
+    const READ_NO_EVENTS: [&str; 3] = ["drain-peer", "ingest", "drain"];
+    if !args.only.is_empty()
+        && args
+            .only
+            .iter()
+            .all(|o| READ_NO_EVENTS.contains(&o.as_str()))
+    {
+        tier.events = tier.events.min(100_000);
+    }
     for name in &args.only {
         anyhow::ensure!(
             WORKLOADS.contains(&name.as_str()),
@@ -171,12 +184,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pool = target.pool(8).await?;
     let pg_facts = pg::facts(&pool).await?;
 
-    // The soak runs on a database of its own: alone, it needs no seed (tier M's
-    // takes long and most of the disk).
-    let seeded = if !args.only.is_empty() && args.only.iter().all(|o| o == "soak") {
-        eprintln!("==> not seeding: only the soak runs, on its own database");
+    // The soak runs on a database of its own and the stream workload on a
+    // tenant of its own: alone, they need no seed (tier M's takes long and
+    // most of the disk).
+    let seeded = if !args.only.is_empty() && args.only.iter().all(|o| o == "soak" || o == "stream")
+    {
+        eprintln!("==> not seeding: only the soak and the stream workload run");
         seed::Seeded {
-            figures: serde_json::json!({"skipped": "only the soak ran"}),
+            figures: serde_json::json!({"skipped": "only the soak and the stream workload ran"}),
             has_feed_tables: true,
         }
     } else {
@@ -244,6 +259,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,
+            "stream" => workloads::stream::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
@@ -362,6 +378,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "drain-peer" => workloads::drain_peer::plot(&path, &w.figures)?,
                     "soak" => workloads::soak::plot(&path, &w.figures)?,
                     "isolation" => workloads::isolation::plot(&path, &w.figures)?,
+                    "stream" => workloads::stream::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

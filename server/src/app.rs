@@ -61,6 +61,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auth: args.auth.clone(),
             stream: args.stream.clone(),
             limits: args.limits.clone(),
+            bounds: args.bounds.clone(),
             db_max_connections: args.database.db_max_connections,
             cors_origins: crate::config::cors_origins(&args.cors_origins)?,
         },

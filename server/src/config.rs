@@ -94,6 +94,12 @@ pub mod defaults {
     pub const HTTP_IDLE_TIMEOUT_SECS: u64 = 75;
     pub const HTTP_BODY_TIMEOUT_SECS: u64 = 30;
     pub const HTTP_MAX_CONNECTIONS: usize = STREAM_MAX_CONNECTIONS + 1_000;
+
+    /// Bounds on stored work; the reasons are on [`super::BoundsConfig`].
+    pub const MAX_WEBHOOK_ENDPOINTS: u32 = 50;
+    pub const MAX_MEMBERSHIPS_PER_USER: u32 = 1_000;
+    pub const ALERT_BATCH_DELIVERIES: u64 = 1_000;
+    pub const ALERT_MAX_DELIVERIES: u64 = 100_000;
 }
 
 #[derive(Debug, Parser)]
@@ -247,6 +253,8 @@ pub struct ServeArgs {
     pub limits: LimitsConfig,
     #[command(flatten)]
     pub http: HttpConfig,
+    #[command(flatten)]
+    pub bounds: BoundsConfig,
     /// Origins allowed to call the API from a browser (CORS), comma-separated,
     /// e.g. `https://app.example.com,http://localhost:5173`. Default: none, so
     /// browsers on other origins are refused.
@@ -529,6 +537,35 @@ pub fn cors_origins(raw: &[String]) -> anyhow::Result<Vec<String>> {
             Ok(origin)
         })
         .collect()
+}
+
+/// Bounds on the work one request may store or ask for (ARCHITECTURE.md,
+/// "Bounded work per request"). Defaults and why:
+/// - 50 webhook endpoints per tenant: every webhook alert writes a delivery
+///   per recipient and endpoint, so endpoints multiply an alert's rows; 50
+///   covers an integration per environment and team.
+/// - 1,000 memberships per user: a feed read costs a probe per team (300
+///   teams measured 176 ms), and 1,000 is the largest the feed's limits
+///   section reasons about.
+#[derive(Debug, Clone, Args)]
+pub struct BoundsConfig {
+    /// Webhook endpoints one tenant may have; creating one more is refused
+    /// with 422 `webhook_endpoint_limit`.
+    #[arg(long, env = "TIDINGS_MAX_WEBHOOK_ENDPOINTS", default_value_t = defaults::MAX_WEBHOOK_ENDPOINTS)]
+    pub max_webhook_endpoints: u32,
+    /// Teams one user may belong to; joining one more is refused with 422
+    /// `membership_limit`.
+    #[arg(long, env = "TIDINGS_MAX_MEMBERSHIPS_PER_USER", default_value_t = defaults::MAX_MEMBERSHIPS_PER_USER)]
+    pub max_memberships_per_user: u32,
+}
+
+impl Default for BoundsConfig {
+    fn default() -> Self {
+        BoundsConfig {
+            max_webhook_endpoints: defaults::MAX_WEBHOOK_ENDPOINTS,
+            max_memberships_per_user: defaults::MAX_MEMBERSHIPS_PER_USER,
+        }
+    }
 }
 
 /// The HTTP listener's limits (`http_server`). Defaults and why:
@@ -844,9 +881,23 @@ pub struct AlertsConfig {
     /// expanded by a background worker.
     #[arg(long, env = "TIDINGS_FANOUT_INLINE_MAX", default_value_t = FanoutThresholds::default().inline_max)]
     pub fanout_inline_max: u64,
-    /// Members per background expansion batch (one transaction each).
+    /// Members per background expansion batch (one transaction each); fewer
+    /// when TIDINGS_ALERT_BATCH_DELIVERIES would be exceeded.
     #[arg(long, env = "TIDINGS_FANOUT_BATCH_SIZE", default_value_t = FanoutThresholds::default().batch_size)]
     pub fanout_batch_size: u64,
+    /// Most delivery rows one transaction writes (inline in the request, or
+    /// one background batch). An alert whose plan may write more — recipients
+    /// or members × channels, one row per endpoint on the webhook channel —
+    /// is written by background batches. 1,000 rows take about 40 ms
+    /// (100,000 took 3.8 s): neither the entity lock nor the tenant's feed
+    /// horizon is held back noticeably.
+    #[arg(long, env = "TIDINGS_ALERT_BATCH_DELIVERIES", default_value_t = defaults::ALERT_BATCH_DELIVERIES)]
+    pub alert_batch_deliveries: u64,
+    /// Most delivery rows one alert may write (counted as above); a larger
+    /// alert is refused with 422 `alert_too_large` and nothing is stored. The
+    /// default is the audit's worst alert (1,000 recipients × 100 endpoints).
+    #[arg(long, env = "TIDINGS_ALERT_MAX_DELIVERIES", default_value_t = defaults::ALERT_MAX_DELIVERIES)]
+    pub alert_max_deliveries: u64,
     /// How long a rotated-out webhook secret keeps signing, in seconds.
     #[arg(long, env = "TIDINGS_WEBHOOK_ROTATION_GRACE_SECS", default_value_t = defaults::WEBHOOK_ROTATION_GRACE_SECS)]
     pub webhook_rotation_grace_secs: u64,
@@ -885,6 +936,8 @@ impl Default for AlertsConfig {
         AlertsConfig {
             fanout_inline_max: t.inline_max,
             fanout_batch_size: t.batch_size,
+            alert_batch_deliveries: defaults::ALERT_BATCH_DELIVERIES,
+            alert_max_deliveries: defaults::ALERT_MAX_DELIVERIES,
             webhook_rotation_grace_secs: defaults::WEBHOOK_ROTATION_GRACE_SECS,
             idempotency_retention_secs: defaults::IDEMPOTENCY_RETENTION_SECS,
             idempotency_purge_interval_secs: defaults::IDEMPOTENCY_PURGE_INTERVAL_SECS,
@@ -1113,6 +1166,8 @@ pub struct Settings {
     pub stream: StreamConfig,
     /// Rate limits and the pool share per tenant.
     pub limits: LimitsConfig,
+    /// Caps on stored work per tenant, user and alert.
+    pub bounds: BoundsConfig,
     /// Connections of the primary's pool (the pool share is a part of it).
     pub db_max_connections: u32,
     /// Origins allowed by CORS; empty: none.
@@ -1133,6 +1188,7 @@ impl Default for Settings {
             auth: AuthConfig::default(),
             stream: StreamConfig::default(),
             limits: LimitsConfig::default(),
+            bounds: BoundsConfig::default(),
             db_max_connections: defaults::DB_MAX_CONNECTIONS,
             cors_origins: Vec::new(),
         }

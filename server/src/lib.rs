@@ -44,4 +44,5 @@ pub mod telemetry;
 pub mod tenants;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
+pub mod webhook_endpoints;
 pub mod workers;

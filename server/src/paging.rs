@@ -47,6 +47,45 @@ impl CursorKey for UserId {
     }
 }
 
+/// Webhook endpoints are ordered by id (UUIDv7: creation order).
+impl CursorKey for uuid::Uuid {
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
+
+    fn from_text(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+}
+
+/// An alert's deliveries are ordered by (recipient, channel, delivery id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertDeliveryKey {
+    pub recipient_id: String,
+    pub channel: String,
+    pub id: i64,
+}
+
+impl CursorKey for AlertDeliveryKey {
+    // Newline-separated, recipient last: ids and channel names never hold a
+    // control character, and the recipient may hold anything else.
+    fn to_text(&self) -> String {
+        format!("{}\n{}\n{}", self.id, self.channel, self.recipient_id)
+    }
+
+    fn from_text(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(3, '\n');
+        let id = parts.next()?.parse().ok().filter(|id: &i64| *id > 0)?;
+        let channel = parts.next()?.to_string();
+        let recipient_id = parts.next()?.to_string();
+        Some(AlertDeliveryKey {
+            recipient_id,
+            channel,
+            id,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PagingError {
     #[error("limit must be 1..={max}")]
@@ -155,6 +194,22 @@ mod tests {
         // Exactly `limit` rows: the last page, no cursor, no empty page after.
         assert_eq!(two.page(vec![3i64, 4], |r| r).next_cursor, None);
         assert_eq!(two.page(Vec::<i64>::new(), |r| r).next_cursor, None);
+    }
+
+    #[test]
+    fn alert_delivery_cursors_round_trip_whatever_the_recipient_holds() {
+        for recipient in ["m1", "a\\nb:c", "ünï cödé", "7"] {
+            let key = AlertDeliveryKey {
+                recipient_id: recipient.to_string(),
+                channel: "webhook".to_string(),
+                id: 42,
+            };
+            assert_eq!(decode::<AlertDeliveryKey>(&encode(&key)), Ok(key));
+        }
+        assert_eq!(
+            decode::<AlertDeliveryKey>(&encode(&7i64)),
+            Err(PagingError::Cursor)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! membership cache through NOTIFY when it commits, and this instance's at
 //! once.
 
-use tidings_core::{TeamId, UserId};
+use tidings_core::{stable_lock_key, TeamId, UserId};
 use uuid::Uuid;
 
 pub use crate::store::teams::MemberRow;
@@ -17,6 +17,17 @@ use crate::{
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 100;
 
+#[derive(Debug, thiserror::Error)]
+pub enum AddMemberError {
+    #[error(
+        "the user belongs to {max} teams, the most TIDINGS_MAX_MEMBERSHIPS_PER_USER allows; \
+         remove a membership first"
+    )]
+    TooMany { max: u32 },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
 /// A membership change's answer: its consistency token when reads may go to
 /// hot standbys. The token is also remembered for the member's own next reads
 /// on this instance, which thus see their new (or lost) team at once.
@@ -28,15 +39,29 @@ pub struct MemberChange<T> {
 
 /// Adds `user` to `team`. Returns the membership and whether it is new; an
 /// existing membership is returned unchanged (its join position does not move).
+/// A user in `settings.bounds.max_memberships_per_user` teams joins no more
+/// (each team costs every feed read of the user an index probe). Joins of one
+/// user take turns on an advisory lock, so two at once cannot both pass the
+/// count.
 pub async fn add_member(
     state: &AppState,
     tenant_id: Uuid,
     team: &TeamId,
     user: &UserId,
-) -> sqlx::Result<MemberChange<(MemberRow, bool)>> {
+) -> Result<MemberChange<(MemberRow, bool)>, AddMemberError> {
+    let max = state.settings.bounds.max_memberships_per_user;
     let mut tx = state.pool.begin().await?;
+    crate::store::lock_xact(
+        &mut *tx,
+        stable_lock_key(&["memberships", &tenant_id.to_string(), user]),
+    )
+    .await?;
     let result = match store::insert_member(&mut *tx, tenant_id, team, user).await? {
         Some(row) => {
+            // Counted after the insert: the new membership is one of them.
+            if store::count_memberships_of_user(&mut *tx, tenant_id, user).await? > i64::from(max) {
+                return Err(AddMemberError::TooMany { max });
+            }
             store::notify_memberships_changed(&mut *tx, tenant_id, user).await?;
             (row, true)
         }

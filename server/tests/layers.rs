@@ -219,6 +219,7 @@ fn services_and_the_store_know_no_http() {
         "feed",
         "teams",
         "tenants",
+        "webhook_endpoints",
         "idempotency",
         "idempotency::fingerprint",
         "json_nul",

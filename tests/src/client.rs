@@ -484,6 +484,12 @@ impl<'a> TenantApi<'a> {
         self.0.call(Method::GET, format!("/v1/alerts/{alert_id}"))
     }
 
+    /// `alerts.get` with a page of deliveries; `query` is empty or starts with `?`.
+    pub fn get_alert_page(&self, alert_id: impl Display, query: &str) -> Call<'a> {
+        self.0
+            .call(Method::GET, format!("/v1/alerts/{alert_id}{query}"))
+    }
+
     /// `deliveries.list`; `query` is empty or starts with `?`.
     pub fn list_deliveries(&self, query: &str) -> Call<'a> {
         self.0.call(Method::GET, format!("/v1/deliveries{query}"))
@@ -522,6 +528,12 @@ impl<'a> TenantApi<'a> {
     /// `webhook-endpoints.list`
     pub fn list_endpoints(&self) -> Call<'a> {
         self.0.call(Method::GET, "/v1/webhook-endpoints".into())
+    }
+
+    /// `webhook-endpoints.list`, a given page; `query` is empty or starts with `?`.
+    pub fn list_endpoints_page(&self, query: &str) -> Call<'a> {
+        self.0
+            .call(Method::GET, format!("/v1/webhook-endpoints{query}"))
     }
 
     /// `webhook-endpoints.get`

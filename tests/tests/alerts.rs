@@ -566,7 +566,11 @@ async fn large_teams_are_expanded_in_background_batches_exactly_once_per_key() {
     assert_eq!(body["deliveries"].as_array().unwrap().len(), 0);
     let done = wait_done(body["alert_id"].as_str().unwrap().to_owned()).await;
     assert_eq!(done["expansion"]["expanded"], 53);
-    assert_eq!(done["deliveries"].as_array().unwrap().len(), 106);
+    let all = api
+        .get_alert_page(done["id"].as_str().unwrap(), "?limit=1000")
+        .expect(200)
+        .await;
+    assert_eq!(all["deliveries"].as_array().unwrap().len(), 106);
     assert_eq!(sql::distinct_notified_pairs(pool, tenant).await, 106);
     assert_eq!(sql::count_for(pool, Rows::Notifications, tenant).await, 106);
     assert_eq!(sql::count_for(pool, Rows::Deliveries, tenant).await, 106);

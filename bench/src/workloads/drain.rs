@@ -125,6 +125,17 @@ pub struct OutboxStatements {
 
 impl OutboxStatements {
     pub fn load(repo: &std::path::Path) -> anyhow::Result<OutboxStatements> {
+        Self::load_files(repo, "outbox_claim.sql", "outbox_complete.sql")
+    }
+
+    /// Another pair of files: the statements before issue 15
+    /// (`outbox_claim_v0.sql`, `outbox_complete_v0.sql`), drain-peer's
+    /// same-run "before" arm.
+    pub fn load_files(
+        repo: &std::path::Path,
+        claim: &str,
+        complete: &str,
+    ) -> anyhow::Result<OutboxStatements> {
         let first = |name: &str| -> anyhow::Result<Arc<str>> {
             let file = SqlFile::load(&repo.join("bench/sql").join(name))?;
             Ok(file
@@ -135,8 +146,8 @@ impl OutboxStatements {
                 .into())
         };
         Ok(OutboxStatements {
-            claim: first("outbox_claim.sql")?,
-            complete: first("outbox_complete.sql")?,
+            claim: first(claim)?,
+            complete: first(complete)?,
         })
     }
 

@@ -10,16 +10,18 @@
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
 //!   fairness included, rows decoded into the server's `ClaimedDelivery`;
-//! - **lean deliveries (experiment)**: the same two statements against a
-//!   `deliveries` table the bench derives from the migrated one with only the
-//!   indexes the drain and the dead list need (`LEAN_INDEXES`). Evidence for
-//!   the schema half of issue 15, not a claim about the server.
+//! - **Tidings before issue 15**: the same-run "before": the claim and
+//!   completion as the server ran them before migration 0015
+//!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
+//!   `deliveries` with the indexes and storage settings of then
+//!   (`BEFORE_SCHEMA`).
 //!
-//! The Tidings tables of a run live in their own schema (`peer_tidings`,
-//! `peer_lean`: `deliveries` and `alerts` copied from `public` with their
-//! indexes, constraints and storage settings) and the drain's connections put it
-//! first on their `search_path`, so the statement text is exactly the server's
-//! while every run starts from fresh tables, like pgmq's fresh queue.
+//! The Tidings tables of a run live in their own schema (`peer_tidings`:
+//! `deliveries` and `alerts` copied from `public` with their indexes,
+//! constraints and storage settings; `peer_before`: the table as migrations
+//! 0005–0013 left it) and the drain's connections put it first on their
+//! `search_path`, so the statement text is exactly the server's while every
+//! run starts from fresh tables, like pgmq's fresh queue.
 //!
 //! Every run: fresh tables, `tier.peer_backlog` messages with the same ~300-byte
 //! JSON payload (for Tidings: one alert per delivery, so each message carries its
@@ -60,13 +62,21 @@ const LEASE_MS: i64 = 60_000;
 const WORKERS: [usize; 3] = [1, 2, 4];
 const QUEUE: &str = "peer";
 const LOAD_CHUNK: i64 = 20_000;
-/// The migrated indexes the lean experiment keeps: the primary key (the
-/// completion's lookup), the claim's partial index and the partial index of
-/// dead deliveries. It drops the unique (tenant, notification key, endpoint)
-/// over random 64-hex digests (a backstop: `notifications` already makes each
-/// key unique), `deliveries_by_alert` (the alert's delivery list) and
-/// `deliveries_by_status` (the list by status, re-keyed by every update).
-const LEAN_INDEXES: &[&str] = &["deliveries_pkey", "deliveries_claimable", "deliveries_dead"];
+/// `deliveries` as migrations 0005–0013 left it (before issue 15's 0015):
+/// its indexes and its storage settings (0008), applied to a copy of the
+/// migrated table's columns. `{s}` is the schema.
+pub const BEFORE_SCHEMA: &[&str] = &[
+    "ALTER TABLE {s}.deliveries ADD PRIMARY KEY (tenant_id, id)",
+    "ALTER TABLE {s}.deliveries ADD UNIQUE NULLS NOT DISTINCT (tenant_id, notification_key, endpoint_id)",
+    "CREATE INDEX deliveries_by_alert ON {s}.deliveries (tenant_id, alert_id)",
+    "CREATE INDEX deliveries_dead ON {s}.deliveries (tenant_id, id) WHERE status = 'dead'",
+    "CREATE INDEX deliveries_claimable ON {s}.deliveries (tenant_id, next_attempt_at)
+         WHERE status IN ('pending', 'retrying', 'sending')",
+    "CREATE INDEX deliveries_by_status ON {s}.deliveries (tenant_id, status, id)",
+    "ALTER TABLE {s}.deliveries SET (autovacuum_vacuum_scale_factor = 0.01,
+         autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
+         autovacuum_analyze_scale_factor = 0.02)",
+];
 /// Set on the drain's connections, to wait for them to be gone (their
 /// statistics flushed) before reading pg_stat_user_tables.
 const APP_NAME: &str = "tidings-bench-peer";
@@ -89,14 +99,14 @@ pub enum System {
     PgmqArchive,
     PgmqDelete,
     Tidings,
-    Lean,
+    Before,
 }
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
     pub const ALL: [System; 4] = [
         System::Tidings,
-        System::Lean,
+        System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
     ];
@@ -106,7 +116,7 @@ impl System {
             System::PgmqArchive => "pgmq_archive",
             System::PgmqDelete => "pgmq_delete",
             System::Tidings => "tidings",
-            System::Lean => "tidings_lean",
+            System::Before => "tidings_before",
         }
     }
 
@@ -115,7 +125,7 @@ impl System {
             System::PgmqArchive => "pgmq read + archive",
             System::PgmqDelete => "pgmq read + delete",
             System::Tidings => "Tidings claim + complete",
-            System::Lean => "lean deliveries (experiment)",
+            System::Before => "Tidings before issue 15",
         }
     }
 
@@ -123,7 +133,7 @@ impl System {
         match self {
             System::PgmqArchive | System::PgmqDelete => "pgmq",
             System::Tidings => "peer_tidings",
-            System::Lean => "peer_lean",
+            System::Before => "peer_before",
         }
     }
 
@@ -131,7 +141,7 @@ impl System {
     fn hot_table(self) -> String {
         match self {
             System::PgmqArchive | System::PgmqDelete => format!("pgmq.q_{QUEUE}"),
-            System::Tidings | System::Lean => format!("{}.deliveries", self.schema()),
+            System::Tidings | System::Before => format!("{}.deliveries", self.schema()),
         }
     }
 
@@ -142,7 +152,7 @@ impl System {
             System::PgmqArchive | System::PgmqDelete => {
                 [self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
-            System::Tidings | System::Lean => {
+            System::Tidings | System::Before => {
                 [self.hot_table(), format!("{}.alerts", self.schema())]
             }
         }
@@ -203,7 +213,7 @@ async fn prepare(
                 lo = hi + 1;
             }
         }
-        System::Tidings | System::Lean => {
+        System::Tidings | System::Before => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -223,9 +233,22 @@ async fn prepare(
                 ))
                 .execute(&mut *tx)
                 .await?;
+                // The migrations' storage settings (0008's autovacuum
+                // trigger, 0015's fillfactor): LIKE copies no reloptions.
+                let reloptions: Option<String> = sqlx::query_scalar(
+                    "SELECT array_to_string(reloptions, ', ') FROM pg_class
+                     WHERE oid = 'public.deliveries'::regclass",
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
+                    sqlx::query(&format!("ALTER TABLE {s}.deliveries SET ({opts})"))
+                        .execute(&mut *tx)
+                        .await?;
+                }
             } else {
-                // Everything but the indexes, then only the migrated indexes
-                // the drain and the operators' dead list use.
+                // The columns as migrated (0015 added none), the indexes and
+                // settings of before 0015.
                 sqlx::query(&format!(
                     "CREATE TABLE {s}.deliveries (LIKE public.deliveries
                        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
@@ -233,44 +256,11 @@ async fn prepare(
                 ))
                 .execute(&mut *tx)
                 .await?;
-                let kept: Vec<(String, String)> = sqlx::query_as(
-                    "SELECT indexname, indexdef FROM pg_indexes
-                     WHERE schemaname = 'public' AND tablename = 'deliveries'
-                       AND indexname = ANY($1)",
-                )
-                .bind(LEAN_INDEXES)
-                .fetch_all(&mut *tx)
-                .await?;
-                anyhow::ensure!(
-                    kept.len() == LEAN_INDEXES.len(),
-                    "public.deliveries lacks one of {LEAN_INDEXES:?}: {kept:?}"
-                );
-                for (name, def) in &kept {
-                    let def =
-                        def.replace(" ON public.deliveries ", &format!(" ON {s}.deliveries "));
-                    anyhow::ensure!(def.contains(s), "unexpected index definition {def}");
-                    sqlx::query(&def).execute(&mut *tx).await?;
-                    if name == "deliveries_pkey" {
-                        sqlx::query(&format!(
-                            "ALTER TABLE {s}.deliveries ADD CONSTRAINT deliveries_pkey
-                             PRIMARY KEY USING INDEX deliveries_pkey"
-                        ))
+                for stmt in BEFORE_SCHEMA {
+                    sqlx::query(&stmt.replace("{s}", s))
                         .execute(&mut *tx)
                         .await?;
-                    }
                 }
-            }
-            // The migrations' storage settings (e.g. 0008's autovacuum trigger).
-            let reloptions: Option<String> = sqlx::query_scalar(
-                "SELECT array_to_string(reloptions, ', ') FROM pg_class
-                 WHERE oid = 'public.deliveries'::regclass",
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
-                sqlx::query(&format!("ALTER TABLE {s}.deliveries SET ({opts})"))
-                    .execute(&mut *tx)
-                    .await?;
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
@@ -378,6 +368,7 @@ async fn drain(
     loops: usize,
     statements: &Arc<OutboxStatements>,
 ) -> anyhow::Result<f64> {
+    // (Before: the statements of then; pgmq: unused.)
     let options = PgConnectOptions::from_str(&ctx.target.url)?
         .application_name(APP_NAME)
         .options([("search_path", format!("{},public", system.schema()))])
@@ -416,7 +407,7 @@ async fn drain(
                             anyhow::ensure!(n == ids.len(), "pgmq finished {n} of {}", ids.len());
                             n
                         }
-                        System::Tidings | System::Lean => {
+                        System::Tidings | System::Before => {
                             let n = statements.claim_and_complete(&mut conn).await?;
                             if n == 0 {
                                 break;
@@ -487,7 +478,7 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
                 system.label()
             );
         }
-        System::Tidings | System::Lean => {
+        System::Tidings | System::Before => {
             let (sent, all): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
                  FROM {}",
@@ -698,6 +689,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut w = WorkloadResult::new("drain-peer");
     let backlog = ctx.tier.peer_backlog;
     let statements = Arc::new(OutboxStatements::load(&ctx.repo)?);
+    let statements_before = Arc::new(OutboxStatements::load_files(
+        &ctx.repo,
+        "outbox_claim_v0.sql",
+        "outbox_complete_v0.sql",
+    )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
@@ -729,7 +725,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let before = table_stats(&ctx.pool, system).await?;
                 crate::pg::reset_statements(&ctx.pool).await?;
                 let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
-                let seconds = drain(ctx, system, workers, &statements).await?;
+                let run_statements = if system == System::Before {
+                    &statements_before
+                } else {
+                    &statements
+                };
+                let seconds = drain(ctx, system, workers, run_statements).await?;
                 let (to, to_bytes) = flush_lsn(&ctx.pool).await?;
                 let statement_time = statement_time(&ctx.pool).await?;
                 verify(&ctx.pool, system, backlog).await?;
@@ -760,7 +761,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    sqlx::query("DROP SCHEMA IF EXISTS peer_lean CASCADE")
+    sqlx::query("DROP SCHEMA IF EXISTS peer_before CASCADE")
         .execute(&ctx.pool)
         .await?;
     sqlx::query("SELECT pgmq.drop_queue($1)")
@@ -813,6 +814,17 @@ fn summarise(
             &rate(System::PgmqArchive, n),
         ));
     }
+    for &n in &WORKERS {
+        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
+        w.ratios.push(Ratio::new(
+            &format!("outbox after ÷ before issue 15, {workers}"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
+            "the statements and indexes before migration 0015, same run",
+            None,
+            &rate(System::Tidings, n),
+            &rate(System::Before, n),
+        ));
+    }
     let mut t = Table::new(
         &format!(
             "Throughput, messages/s: {backlog} pending messages drained per run, batch {BATCH}"
@@ -823,8 +835,9 @@ fn summarise(
             "pgmq read + delete",
             "Tidings claim + complete",
             "Tidings ÷ pgmq archive",
-            "lean deliveries (experiment)",
-            "lean ÷ pgmq archive",
+            "Tidings before issue 15",
+            "before ÷ pgmq archive",
+            "Tidings ÷ before (speed-up)",
         ],
     );
     let per_rep = |a: &[f64], b: &[f64]| -> String {
@@ -836,7 +849,7 @@ fn summarise(
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
-            rate(System::Lean, n),
+            rate(System::Before, n),
         );
         t.row(vec![
             n.to_string(),
@@ -846,6 +859,7 @@ fn summarise(
             per_rep(&ti, &pa),
             Spread::of(&le).show(0),
             per_rep(&le, &pa),
+            per_rep(&ti, &le),
         ]);
     }
     w.tables.push(t);
@@ -912,10 +926,11 @@ fn summarise(
          fairness probe over every seeded tenant. All on sqlx, one connection per loop."
     ));
     w.notes.push(
-        "Lean deliveries (experiment): the migrated table with only its primary key, \
-         deliveries_claimable and deliveries_dead (without the unique (tenant, notification \
-         key, endpoint), deliveries_by_alert and deliveries_by_status); same statements. \
-         Evidence for the schema work of issue 15, not the server's schema."
+        "Tidings before issue 15: the claim and completion of then \
+         (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
+         indexes and storage settings of migrations 0005–0013 (unique (tenant, notification \
+         key, endpoint), deliveries_by_alert, deliveries_by_status, deliveries_claimable, \
+         deliveries_dead, no fillfactor): the same-run before of the lean outbox."
             .into(),
     );
     w.notes.push(
@@ -934,7 +949,7 @@ fn color(s: System) -> plots::RGBColor {
         System::Tidings => plots::BLUE,
         System::PgmqArchive => plots::ORANGE,
         System::PgmqDelete => plots::GREEN,
-        System::Lean => plots::PURPLE,
+        System::Before => plots::PURPLE,
     }
 }
 
@@ -943,7 +958,7 @@ fn short_label(s: System) -> &'static str {
         System::PgmqArchive => "pgmq archive",
         System::PgmqDelete => "pgmq delete",
         System::Tidings => "Tidings",
-        System::Lean => "lean (exp.)",
+        System::Before => "before",
     }
 }
 
@@ -972,7 +987,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
             points,
             ranges,
             color: Some(color(s)),
-            style: if s == System::Lean {
+            style: if s == System::Before {
                 plots::Style::Dashed
             } else {
                 plots::Style::Line
@@ -1001,9 +1016,48 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
         }
         b
     };
+    // Each system's messages/s ÷ pgmq read + archive's, per repetition
+    // (runs of one repetition are neighbours in time), around the line 1.
+    let ratio_series = |s: System| -> plots::Series {
+        let mut points = vec![];
+        let mut ranges = vec![];
+        for &n in &WORKERS {
+            let ours = samples(runs, s, Some(n), "per_sec");
+            let theirs = samples(runs, System::PgmqArchive, Some(n), "per_sec");
+            let r: Vec<f64> = ours.iter().zip(&theirs).map(|(a, b)| a / b).collect();
+            let v = Spread::of(&r);
+            if v.median.is_finite() {
+                points.push((n as f64, v.median));
+                ranges.push((v.min, v.max));
+            }
+        }
+        plots::Series {
+            name: format!("{} ÷ pgmq read + archive", short_label(s)),
+            points,
+            ranges,
+            color: Some(color(s)),
+            style: if s == System::Before {
+                plots::Style::Dashed
+            } else {
+                plots::Style::Line
+            },
+        }
+    };
+    let mut ratio_lines: Vec<plots::Series> = [System::Tidings, System::Before]
+        .into_iter()
+        .filter(|s| systems.contains(s))
+        .map(ratio_series)
+        .collect();
+    ratio_lines.push(plots::Series {
+        name: "target: 1 = as fast as pgmq read + archive".into(),
+        points: WORKERS.iter().map(|&n| (n as f64, 1.0)).collect(),
+        ranges: vec![],
+        color: Some(plots::ORANGE),
+        style: plots::Style::Dashed,
+    });
     plots::panels(
         path,
-        (2, 3),
+        (2, 4),
         &[
             plots::Panel::Lines(plots::Chart {
                 axes: plots::Axes {
@@ -1014,6 +1068,19 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                     log_y: false,
                 },
                 series,
+                markers: vec![],
+                x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
+                legend: Some(plots::SeriesLabelPosition::LowerRight),
+            }),
+            plots::Panel::Lines(plots::Chart {
+                axes: plots::Axes {
+                    title: "Messages/s ÷ pgmq read + archive (1 = the line to beat)",
+                    x_label: "workers (one connection each)",
+                    y_label: "ratio (median, min–max over repetitions)",
+                    log_x: true,
+                    log_y: false,
+                },
+                series: ratio_lines,
                 markers: vec![],
                 x_ticks: Some(WORKERS.iter().map(|&n| n as f64).collect()),
                 legend: Some(plots::SeriesLabelPosition::LowerRight),
@@ -1041,6 +1108,15 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
                 y_label: "MB (tables + indexes)",
                 bars: mb(bars("table_bytes_after", Some("index_bytes_after"))),
                 stack_names: Some(("tables", "indexes")),
+            }),
+            plots::Panel::Bars(plots::BarChart {
+                title: "Heap row versions written per message",
+                y_label: "updates (lighter: HOT, no index entry)",
+                bars: bars(
+                    "heap_update_records_per_msg",
+                    Some("heap_hot_update_records_per_msg"),
+                ),
+                stack_names: Some(("non-HOT", "HOT")),
             }),
             plots::Panel::Bars(plots::BarChart {
                 title: "Dead tuples right after the drain",

@@ -93,7 +93,7 @@ end
 
 /// The pgbench script: a generator SELECT (\gset) making this transaction's
 /// unique ids and arrays, then the server's statements in one transaction.
-fn pgbench_script(ctx: &Ctx) -> anyhow::Result<PathBuf> {
+fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
     let generator = "WITH g AS (SELECT gen_random_uuid() AS aid, 'pgb-' || md5(random()::text) AS ent), \
         r AS (SELECT 'user-' || i AS rec, c AS ch, \
                      encode(sha256(convert_to(g.ent || '/' || i || '/' || c, 'UTF8')), 'hex') AS k, \
@@ -117,11 +117,64 @@ fn pgbench_script(ctx: &Ctx) -> anyhow::Result<PathBuf> {
                :tenant AS s7p1, g.aid AS s7p2, :etype AS s7p3, g.ent AS s7p4, 'Invoice overdue' AS s7p5, \
                '{\"amount\": 42}' AS s7p6, '{in_app,webhook}' AS s7p7, '' AS s7p8 \
         FROM g \\gset";
-    let file = crate::sqlfile::SqlFile::load(&ctx.repo.join("bench/sql/alert_ingest.sql"))?;
+    let file = crate::sqlfile::SqlFile::load(&ctx.repo.join("bench/sql").join(sql_file))?;
     let script = file.pgbench_script(&[generator, "BEGIN;"], &["COMMIT;"]);
-    let path = ctx.work_dir.join("alert_ingest.pgbench.sql");
+    let path = ctx.work_dir.join(format!("{sql_file}.pgbench"));
     std::fs::write(&path, script)?;
     Ok(path)
+}
+
+/// The same-run before/after of the write path's SQL (issue 15): a fresh
+/// `deliveries` in schema `ingest_after` (the migrated table: indexes and
+/// storage settings) and one in `ingest_before` (the indexes and settings of
+/// migrations 0005–0013), each written by its statements
+/// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`. Both start
+/// empty, so neither pays for a bigger table.
+const SCHEMA_AFTER: &str = "ingest_after";
+const SCHEMA_BEFORE: &str = "ingest_before";
+
+async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
+    let mut tx = ctx.pool.begin().await?;
+    for s in [SCHEMA_AFTER, SCHEMA_BEFORE] {
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&format!("CREATE SCHEMA {s}"))
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(&format!(
+        "CREATE TABLE {SCHEMA_AFTER}.deliveries (LIKE public.deliveries INCLUDING ALL)"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    let reloptions: Option<String> = sqlx::query_scalar(
+        "SELECT array_to_string(reloptions, ', ') FROM pg_class
+         WHERE oid = 'public.deliveries'::regclass",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
+        sqlx::query(&format!(
+            "ALTER TABLE {SCHEMA_AFTER}.deliveries SET ({opts})"
+        ))
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query(&format!(
+        "CREATE TABLE {SCHEMA_BEFORE}.deliveries (LIKE public.deliveries
+           INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
+           INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    for stmt in super::drain_peer::BEFORE_SCHEMA {
+        sqlx::query(&stmt.replace("{s}", SCHEMA_BEFORE))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 async fn count_deliveries(ctx: &Ctx) -> anyhow::Result<i64> {
@@ -171,11 +224,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // server, so ingest is measured alone.
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let sizes = ctx.tier.ingest_recipients;
-    let pgbench = pgbench_script(ctx)?;
+    let pgbench = pgbench_script(ctx, "alert_ingest.sql")?;
+    let pgbench_before = pgbench_script(ctx, "alert_ingest_v0.sql")?;
+    fresh_deliveries(ctx).await?;
     let tenant = tenant_uuid(TENANT).to_string();
 
     let mut fresh: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut baseline: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut sql_after: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut sql_before: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut keyed: Vec<Vec<Vec<Measure>>> = vec![vec![vec![]; 3]; sizes.len()];
     let replay_levels = [0u32, 10, 100];
     let mut written = vec![0i64; sizes.len()];
@@ -197,6 +254,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 ("ep", endpoint.to_string()),
             ]);
             baseline[si].push(ctx.pgbench(&pgbench, &vars).await?);
+            // Before and after in alternating order, each on its own table.
+            if rep % 2 == 0 {
+                sql_before[si].push(
+                    ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
+                        .await?,
+                );
+                sql_after[si].push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?);
+            } else {
+                sql_after[si].push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?);
+                sql_before[si].push(
+                    ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
+                        .await?,
+                );
+            }
             for (li, &pct) in replay_levels.iter().enumerate() {
                 let run_id = format!("keyed-{n}-{pct}-{rep}");
                 let script = wrk_script(ctx, &run_id, n, pct, true, &run_id)?;
@@ -226,6 +297,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         &rows(&keyed[big][2], big),
         &rows(&keyed[big][0], big),
     ));
+    for (si, &n) in sizes.iter().enumerate() {
+        w.ratios.push(Ratio::new(
+            &format!("ingest SQL after ÷ before issue 15, {}/alert", n * 2),
+            &format!(
+                "pgbench rows/s of alert_ingest.sql, lean deliveries ({}/alert)",
+                n * 2
+            ),
+            "alert_ingest_v0.sql on the deliveries of before 0015, same run",
+            None,
+            &rows(&sql_after[si], si),
+            &rows(&sql_before[si], si),
+        ));
+    }
     w.aims.push(Aim::at_least(
         &format!(
             "alert delivery rows/s through the API (fresh, {}/alert)",
@@ -287,6 +371,32 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         }
     }
     w.tables.push(t);
+    let mut t = Table::new(
+        "The write path's SQL before and after issue 15 (pgbench, fresh deliveries tables, same run): delivery rows/s",
+        &["deliveries/alert", "before (alert_ingest_v0.sql)", "after (alert_ingest.sql)", "after ÷ before"],
+    );
+    for (si, &n) in sizes.iter().enumerate() {
+        let ratio: Vec<f64> = rps(&sql_after[si])
+            .iter()
+            .zip(rps(&sql_before[si]))
+            .map(|(a, b)| a / b)
+            .collect();
+        t.row(vec![
+            format!("{}", n * 2),
+            Spread::of(&rows(&sql_before[si], si)).show(0),
+            Spread::of(&rows(&sql_after[si], si)).show(0),
+            Spread::of(&ratio).show(2),
+        ]);
+    }
+    w.tables.push(t);
+    w.notes.push(
+        "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before issue 15) \
+         on a fresh `deliveries` with the indexes of migrations 0005–0013, and of alert_ingest.sql \
+         on a fresh copy of the migrated one (schemas ingest_before, ingest_after, reached through \
+         search_path); notifications, inbox items and alerts are the shared public tables. The \
+         service itself runs only the new statements, so its rows/s has no same-run before."
+            .into(),
+    );
     w.notes.push(
         "Baseline: pgbench runs the server's statements (bench/sql/alert_ingest.sql) in one \
          transaction, plus one generator SELECT per transaction that makes unique keys and the \
@@ -310,6 +420,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     "deliveries_per_alert": n * 2,
                     "fresh_no_key": fresh[si],
                     "pgbench": baseline[si],
+                    "pgbench_sql_after_fresh": sql_after[si],
+                    "pgbench_sql_before_fresh": sql_before[si],
                     "keyed_replay_0": keyed[si][0],
                     "keyed_replay_10": keyed[si][1],
                     "keyed_replay_100": keyed[si][2],
@@ -318,6 +430,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             })
             .collect::<Vec<_>>(),
     );
+    sqlx::query(&format!(
+        "DROP SCHEMA IF EXISTS {SCHEMA_AFTER}, {SCHEMA_BEFORE} CASCADE"
+    ))
+    .execute(&ctx.pool)
+    .await?;
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
 }

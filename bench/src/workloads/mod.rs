@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod isolation;
 pub mod mixed;
 pub mod soak;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 
@@ -136,6 +137,25 @@ impl Ctx {
                 self.tier.connections,
                 self.tier.measure,
                 vars,
+            )
+            .await
+    }
+
+    /// `pgbench` whose sessions find `schema`'s tables first (then public's).
+    pub async fn pgbench_in_schema(
+        &self,
+        script: &Path,
+        vars: &[(String, String)],
+        schema: &str,
+    ) -> anyhow::Result<Measure> {
+        self.tools
+            .pgbench_with_options(
+                &self.target,
+                script,
+                self.tier.connections,
+                self.tier.measure,
+                vars,
+                Some(&format!("-c search_path={schema},public")),
             )
             .await
     }

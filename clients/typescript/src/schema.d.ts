@@ -500,7 +500,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** An alert with every delivery and its status. */
+        /** An alert with a page of its deliveries and their status. */
         get: operations["alerts.get"];
         put?: never;
         post?: never;
@@ -575,7 +575,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The tenant's webhook endpoints (without secrets). */
+        /**
+         * The tenant's webhook endpoints (without secrets), in creation order, a
+         *     page at a time. A tenant has at most `TIDINGS_MAX_WEBHOOK_ENDPOINTS`
+         *     (default 50).
+         */
         get: operations["webhook-endpoints.list"];
         put?: never;
         /** Register a webhook endpoint; the response carries its signing secret. */
@@ -683,10 +687,15 @@ export interface components {
             /** @description Present for team alerts expanded in the background. */
             expansion: components["schemas"]["ExpansionStatusOut"] | (never | null);
             /**
-             * @description Every delivery this alert created (a webhook notification has one per
-             *     subscribed endpoint).
+             * @description One page of the deliveries this alert created (a webhook notification
+             *     has one per subscribed endpoint), ordered by recipient, channel and id.
              */
             deliveries: components["schemas"]["DeliveryOut"][];
+            /**
+             * @description Pass as `cursor` for the next page of deliveries; absent when there is
+             *     none (a page has a cursor exactly when more deliveries follow).
+             */
+            next_cursor: string | null;
         };
         /** ApiKeyOut */
         ApiKeyOut: {
@@ -1356,9 +1365,17 @@ export interface components {
             /** @description Event types this endpoint receives; absent means every event type. */
             event_types?: string[] | null;
         };
-        /** WebhookEndpointList */
+        /**
+         * WebhookEndpointList
+         * @description One page of the tenant's endpoints, in creation order.
+         */
         WebhookEndpointList: {
             data: components["schemas"]["WebhookEndpointOut"][];
+            /**
+             * @description Pass as `cursor` for the next page; absent when there is none (a page
+             *     has a cursor exactly when more endpoints follow).
+             */
+            next_cursor: string | null;
         };
         /** WebhookEndpointOut */
         WebhookEndpointOut: {
@@ -4350,7 +4367,12 @@ export interface operations {
     };
     "alerts.get": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `next_cursor` of the previous page (opaque). */
+                cursor?: string;
+                /** @description Deliveries per page: 1–1000, default 100. */
+                limit?: number;
+            };
             header?: never;
             path: {
                 alert_id: string;
@@ -5064,7 +5086,12 @@ export interface operations {
     };
     "webhook-endpoints.list": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `next_cursor` of the previous page (opaque). */
+                cursor?: string;
+                /** @description 1–100, default 50. */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;

@@ -26,21 +26,46 @@ pub use submit::{
     entity_lock_key, AlertCreated, NotificationOutcome, PendingAlert, SubmitError, Submitted,
 };
 
-use crate::store::{
-    alerts::{self as alert_store, AlertRow},
-    deliveries::{self as delivery_store, DeliveryRow},
+use crate::{
+    paging::{AlertDeliveryKey, Page, PageRequest},
+    store::{
+        alerts::{self as alert_store, AlertRow},
+        deliveries::{self as delivery_store, DeliveryRow},
+    },
 };
 
-/// An alert and every delivery it created; `None` when it is not this
-/// tenant's.
+/// Deliveries per page of `GET /v1/alerts/{id}`.
+pub const DEFAULT_DELIVERY_LIMIT: u32 = 100;
+pub const MAX_DELIVERY_LIMIT: u32 = 1000;
+
+/// An alert and one page of its deliveries, by recipient and channel; `None`
+/// when it is not this tenant's.
 pub async fn get(
     pool: &PgPool,
     tenant: Uuid,
     alert_id: Uuid,
-) -> sqlx::Result<Option<(AlertRow, Vec<DeliveryRow>)>> {
+    page: &PageRequest<AlertDeliveryKey>,
+) -> sqlx::Result<Option<(AlertRow, Page<DeliveryRow>)>> {
     let Some(alert) = alert_store::get_alert(pool, tenant, alert_id).await? else {
         return Ok(None);
     };
-    let deliveries = delivery_store::list_alert_deliveries(pool, tenant, alert_id).await?;
+    let after = page
+        .after
+        .as_ref()
+        .map(|k| (k.recipient_id.as_str(), k.channel.as_str(), k.id));
+    let rows =
+        delivery_store::list_alert_deliveries(pool, tenant, alert_id, after, page.fetch_limit())
+            .await?
+            .into_iter()
+            .map(|row| {
+                let key = AlertDeliveryKey {
+                    recipient_id: row.recipient_id.clone(),
+                    channel: row.channel.as_str().to_string(),
+                    id: row.id,
+                };
+                (key, row)
+            })
+            .collect();
+    let deliveries = page.page(rows, |(key, _)| key).map(|(_, row)| row);
     Ok(Some((alert, deliveries)))
 }

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use poem_openapi::{
-    param::{Header, Path},
+    param::{Header, Path, Query},
     payload::Json,
     ApiResponse, Enum, Object, OpenApi,
 };
@@ -19,6 +19,7 @@ use crate::{
     idempotency::{
         self, Fingerprint, IdempotencyError, IdempotencyKey, IdempotencyRequest, SavedResponse,
     },
+    paging::PageRequest,
     state::AppState,
 };
 
@@ -180,9 +181,12 @@ pub struct AlertOut {
     pub created_at: DateTime<Utc>,
     /// Present for team alerts expanded in the background.
     pub expansion: Option<ExpansionStatusOut>,
-    /// Every delivery this alert created (a webhook notification has one per
-    /// subscribed endpoint).
+    /// One page of the deliveries this alert created (a webhook notification
+    /// has one per subscribed endpoint), ordered by recipient, channel and id.
     pub deliveries: Vec<DeliveryOut>,
+    /// Pass as `cursor` for the next page of deliveries; absent when there is
+    /// none (a page has a cursor exactly when more deliveries follow).
+    pub next_cursor: Option<String>,
 }
 
 #[derive(ApiResponse)]
@@ -245,14 +249,28 @@ impl AlertsApi {
         }
     }
 
-    /// An alert with every delivery and its status.
+    /// An alert with a page of its deliveries and their status.
     #[oai(
         path = "/v1/alerts/:alert_id",
         method = "get",
         operation_id = "alerts.get"
     )]
-    async fn get(&self, auth: ApiKeyAuth, alert_id: Path<Uuid>) -> ApiResult<AlertResponse> {
-        let (alert, deliveries) = alerts::get(&self.state.pool, auth.0.tenant_id, *alert_id)
+    async fn get(
+        &self,
+        auth: ApiKeyAuth,
+        alert_id: Path<Uuid>,
+        /// `next_cursor` of the previous page (opaque).
+        cursor: Query<Option<String>>,
+        /// Deliveries per page: 1–1000, default 100.
+        limit: Query<Option<u32>>,
+    ) -> ApiResult<AlertResponse> {
+        let page = PageRequest::parse(
+            cursor.0.as_deref(),
+            limit.0,
+            alerts::DEFAULT_DELIVERY_LIMIT,
+            alerts::MAX_DELIVERY_LIMIT,
+        )?;
+        let (alert, deliveries) = alerts::get(&self.state.pool, auth.0.tenant_id, *alert_id, &page)
             .await?
             .ok_or_else(|| ApiError::not_found("alert_not_found", "no such alert"))?;
         Ok(AlertResponse::Ok(Json(AlertOut {
@@ -274,7 +292,8 @@ impl AlertsApi {
                 done,
                 expanded: alert.expanded.unwrap_or(0),
             }),
-            deliveries: deliveries.into_iter().map(Into::into).collect(),
+            deliveries: deliveries.items.into_iter().map(Into::into).collect(),
+            next_cursor: deliveries.next_cursor,
         })))
     }
 }
@@ -293,6 +312,9 @@ fn submit_problem(err: SubmitError) -> ApiError {
             detail: busy.to_string(),
             retry_after_secs: Some(1),
         },
+        too_large @ SubmitError::TooLarge { .. } => {
+            ApiError::unprocessable("alert_too_large", too_large.to_string())
+        }
         SubmitError::Db(db) => db.into(),
     }
 }

@@ -122,7 +122,14 @@ impl TeamsApi {
     ) -> ApiResult<PutMemberResponse> {
         let team = TeamId::parse(team_id.0)?;
         let user = UserId::parse(user_id.0)?;
-        let change = teams::add_member(&self.state, auth.0.tenant_id, &team, &user).await?;
+        let change = teams::add_member(&self.state, auth.0.tenant_id, &team, &user)
+            .await
+            .map_err(|err| match err {
+                err @ teams::AddMemberError::TooMany { .. } => {
+                    ApiError::unprocessable("membership_limit", err.to_string())
+                }
+                teams::AddMemberError::Db(db) => db.into(),
+            })?;
         let (row, created) = change.outcome;
         Ok(if created {
             PutMemberResponse::Created(Json(row.into()), change.token.map(|t| t.to_string()))

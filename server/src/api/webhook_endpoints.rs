@@ -2,7 +2,11 @@
 
 use base64::{engine::general_purpose::STANDARD, Engine};
 use chrono::{DateTime, Utc};
-use poem_openapi::{param::Path, payload::Json, ApiResponse, Object, OpenApi};
+use poem_openapi::{
+    param::{Path, Query},
+    payload::Json,
+    ApiResponse, Object, OpenApi,
+};
 use rand::RngCore;
 use tidings_core::EventType;
 use uuid::Uuid;
@@ -11,9 +15,11 @@ use super::ApiTags;
 use crate::{
     auth::ApiKeyAuth,
     error::{ApiError, ApiResult},
+    paging::PageRequest,
     secrets::Purpose,
     state::AppState,
     store::webhook_endpoints::{self as store, EndpointRow},
+    webhook_endpoints::{self as endpoints, CreateEndpointError, NewEndpoint},
 };
 
 pub struct WebhookEndpointsApi {
@@ -57,9 +63,13 @@ pub struct WebhookEndpointWithSecret {
     pub secret: String,
 }
 
+/// One page of the tenant's endpoints, in creation order.
 #[derive(Debug, Object)]
 pub struct WebhookEndpointList {
     pub data: Vec<WebhookEndpointOut>,
+    /// Pass as `cursor` for the next page; absent when there is none (a page
+    /// has a cursor exactly when more endpoints follow).
+    pub next_cursor: Option<String>,
 }
 
 impl From<EndpointRow> for WebhookEndpointOut {
@@ -183,29 +193,52 @@ impl WebhookEndpointsApi {
             }
         }
         let secret = new_secret();
-        let row = store::insert_endpoint(
-            &self.state.pool,
-            auth.0.tenant_id,
-            Uuid::now_v7(),
-            url.as_str(),
-            body.description.as_deref(),
-            event_types.as_deref(),
-            &self.state.secrets.seal(Purpose::WebhookSecret, &secret),
-        )
-        .await?;
+        let sealed = self.state.secrets.seal(Purpose::WebhookSecret, &secret);
+        let endpoint = NewEndpoint {
+            url: url.as_str(),
+            description: body.description.as_deref(),
+            event_types: event_types.as_deref(),
+            sealed_secret: &sealed,
+        };
+        let max = self.state.settings.bounds.max_webhook_endpoints;
+        let row = endpoints::create(&self.state.pool, auth.0.tenant_id, endpoint, max)
+            .await
+            .map_err(|err| match err {
+                err @ CreateEndpointError::TooMany { .. } => {
+                    ApiError::unprocessable("webhook_endpoint_limit", err.to_string())
+                }
+                CreateEndpointError::Db(db) => db.into(),
+            })?;
         Ok(EndpointCreated::Created(Json(with_secret(row, secret))))
     }
 
-    /// The tenant's webhook endpoints (without secrets).
+    /// The tenant's webhook endpoints (without secrets), in creation order, a
+    /// page at a time. A tenant has at most `TIDINGS_MAX_WEBHOOK_ENDPOINTS`
+    /// (default 50).
     #[oai(
         path = "/v1/webhook-endpoints",
         method = "get",
         operation_id = "webhook-endpoints.list"
     )]
-    async fn list(&self, auth: ApiKeyAuth) -> ApiResult<EndpointListResponse> {
-        let rows = store::list_endpoints(&self.state.pool, auth.0.tenant_id).await?;
+    async fn list(
+        &self,
+        auth: ApiKeyAuth,
+        /// `next_cursor` of the previous page (opaque).
+        cursor: Query<Option<String>>,
+        /// 1–100, default 50.
+        limit: Query<Option<u32>>,
+    ) -> ApiResult<EndpointListResponse> {
+        let page = PageRequest::parse(
+            cursor.0.as_deref(),
+            limit.0,
+            endpoints::DEFAULT_LIMIT,
+            endpoints::MAX_LIMIT,
+        )?;
+        let page = endpoints::list(&self.state.pool, auth.0.tenant_id, &page).await?;
+        let page = page.map(WebhookEndpointOut::from);
         Ok(EndpointListResponse::Ok(Json(WebhookEndpointList {
-            data: rows.into_iter().map(Into::into).collect(),
+            data: page.items,
+            next_cursor: page.next_cursor,
         })))
     }
 

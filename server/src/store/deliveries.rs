@@ -138,17 +138,32 @@ fn delivery_columns() -> String {
     )
 }
 
+/// An alert's deliveries ordered by (recipient, channel, id), after the key
+/// `after` (recipient, channel, id), at most `limit`: the order of the index
+/// on (tenant, alert, recipient, channel), so a page reads its rows and no more
+/// (ties are one recipient's webhook endpoints).
 pub async fn list_alert_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
+    after: Option<(&str, &str, i64)>,
+    limit: i64,
 ) -> sqlx::Result<Vec<DeliveryRow>> {
+    let (recipient, channel, id) = after.unwrap_or(("", "", 0));
     sqlx::query_as(&format!(
-        "SELECT {} FROM deliveries WHERE tenant_id = $1 AND alert_id = $2 ORDER BY id",
+        "SELECT {} FROM deliveries
+          WHERE tenant_id = $1 AND alert_id = $2
+            AND (recipient_id, channel) >= ($3, $4)
+            AND (recipient_id, channel, id) > ($3, $4, $5)
+          ORDER BY recipient_id, channel, id LIMIT $6",
         delivery_columns()
     ))
     .bind(tenant)
     .bind(alert_id)
+    .bind(recipient)
+    .bind(channel)
+    .bind(id)
+    .bind(limit)
     .fetch_all(db)
     .await
 }

@@ -153,6 +153,19 @@ pub async fn list_memberships_of_user(
         .collect())
 }
 
+/// How many teams `user_id` belongs to (index `memberships_by_user`).
+pub async fn count_memberships_of_user(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM memberships WHERE tenant_id = $1 AND user_id = $2")
+        .bind(tenant_id)
+        .bind(user_id)
+        .fetch_one(db)
+        .await
+}
+
 /// Tells every instance that `user_id`'s teams changed, when the caller's
 /// transaction commits (and not at all if it rolls back).
 pub async fn notify_memberships_changed(

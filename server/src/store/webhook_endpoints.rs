@@ -40,16 +40,30 @@ pub async fn insert_endpoint(
     .await
 }
 
+/// Endpoints in id order (UUIDv7: creation order) after `after`, at most `limit`.
 pub async fn list_endpoints(
     db: impl sqlx::PgExecutor<'_>,
     tenant: Uuid,
+    after: Option<Uuid>,
+    limit: i64,
 ) -> sqlx::Result<Vec<EndpointRow>> {
     sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id"
+        "SELECT {COLUMNS} FROM webhook_endpoints
+          WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id > $2)
+          ORDER BY id LIMIT $3"
     ))
     .bind(tenant)
+    .bind(after)
+    .bind(limit)
     .fetch_all(db)
     .await
+}
+
+pub async fn count_endpoints(db: impl sqlx::PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_one(db)
+        .await
 }
 
 pub async fn get_endpoint(
