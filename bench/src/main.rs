@@ -385,6 +385,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "soak" => workloads::soak::plot(&path, &w.figures)?,
                     "isolation" => workloads::isolation::plot(&path, &w.figures)?,
                     "stream" => workloads::stream::plot(&path, &w.figures)?,
+                    "replicas" => workloads::replicas::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

@@ -39,6 +39,7 @@ use sqlx::{postgres::PgPoolOptions, PgPool};
 use super::{fmt_ms, rps, Ctx};
 use crate::{
     loadgen::{HttpRequest, Load, Measure},
+    plots,
     report::{Aim, Ratio, Table, WorkloadResult},
     server::{self, Launch, Tidings, ADMIN_TOKEN},
     stats::{percentile, Spread},
@@ -311,7 +312,8 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
         writer.await?;
     }
     stop.store(true, Ordering::Relaxed);
-    let (lag_ms, lag_bytes) = sampler.await??;
+    let lag = sampler.await??;
+    let (lag_ms, lag_bytes) = (&lag.ms, &lag.bytes);
     let after = reads(http, &routed).await?;
     let delta = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
     let ryw = ryw_reads.load(Ordering::Relaxed);
@@ -335,10 +337,10 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
     );
     t.row(vec![
         format!("{events_per_sec:.0}"),
-        fmt_ms(Some(percentile(&lag_ms, 50.0))),
-        fmt_ms(Some(percentile(&lag_ms, 99.0))),
+        fmt_ms(Some(percentile(lag_ms, 50.0))),
+        fmt_ms(Some(percentile(lag_ms, 99.0))),
         fmt_ms(lag_ms.iter().copied().reduce(f64::max)),
-        format!("{:.0}", percentile(&lag_bytes, 99.0)),
+        format!("{:.0}", percentile(lag_bytes, 99.0)),
         lag_ms.len().to_string(),
     ]);
     w.tables.push(t);
@@ -365,11 +367,22 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
     w.figure(
         "replay_lag_ms",
         json!({
-            "p50": percentile(&lag_ms, 50.0), "p99": percentile(&lag_ms, 99.0),
+            "p50": percentile(lag_ms, 50.0), "p99": percentile(lag_ms, 99.0),
             "samples": lag_ms.len(),
         }),
     );
-    w.figure("replay_lag_bytes_p99", json!(percentile(&lag_bytes, 99.0)));
+    w.figure("replay_lag_bytes_p99", json!(percentile(lag_bytes, 99.0)));
+    let mut series = serde_json::Map::new();
+    for (i, points) in lag.series.iter().enumerate() {
+        let t: Vec<f64> = points.iter().map(|p| p.0).collect();
+        let ms: Vec<f64> = points.iter().map(|p| p.1).collect();
+        series.insert(format!("lag_at_secs_{}", i + 1), json!(t));
+        series.insert(format!("lag_ms_{}", i + 1), json!(ms));
+    }
+    w.figure("replay_lag_series", Value::Object(series));
+    let (path, file) = ctx.plot_path("replicas");
+    plot(&path, &w.figures)?;
+    w.plots.push(file);
     w.figure(
         "token_reads",
         json!({
@@ -538,23 +551,80 @@ async fn until_replayed(pool: &PgPool) -> anyhow::Result<()> {
     }
 }
 
-/// Each standby's replay lag every 100 ms until `stop`: milliseconds
+/// Replay lag every 100 ms until `stop`, from the primary's
+/// `pg_stat_replication`: per standby (by `application_name`), milliseconds
 /// (`replay_lag`, 0 when idle) and bytes behind the primary's write position.
-async fn sample_lag(pool: &PgPool, stop: &AtomicBool) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let (mut ms, mut bytes) = (vec![], vec![]);
+struct LagSamples {
+    ms: Vec<f64>,
+    bytes: Vec<f64>,
+    /// (seconds since the start, lag ms) per standby, for the plot.
+    series: Vec<Vec<(f64, f64)>>,
+}
+
+async fn sample_lag(pool: &PgPool, stop: &AtomicBool) -> anyhow::Result<LagSamples> {
+    let start = Instant::now();
+    let mut out = LagSamples {
+        ms: vec![],
+        bytes: vec![],
+        series: vec![vec![], vec![]],
+    };
     while !stop.load(Ordering::Relaxed) {
         let rows: Vec<(f64, f64)> = sqlx::query_as(
             "SELECT coalesce(extract(epoch FROM replay_lag) * 1000, 0)::float8,
                     pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::float8
-             FROM pg_stat_replication",
+             FROM pg_stat_replication ORDER BY application_name, client_port",
         )
         .fetch_all(pool)
         .await?;
-        for (m, b) in rows {
-            ms.push(m);
-            bytes.push(b);
+        let t = start.elapsed().as_secs_f64();
+        for (i, (m, b)) in rows.into_iter().enumerate() {
+            out.ms.push(m);
+            out.bytes.push(b);
+            if let Some(series) = out.series.get_mut(i) {
+                series.push((t, m));
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok((ms, bytes))
+    Ok(out)
+}
+
+/// Replay lag over the write window, per standby.
+pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
+    let series = &figures["replay_lag_series"];
+    let lines: Vec<plots::Series> = ["standby 1", "standby 2"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let t = series[format!("lag_at_secs_{}", i + 1)].as_array();
+            let ms = series[format!("lag_ms_{}", i + 1)].as_array();
+            let points = t
+                .into_iter()
+                .flatten()
+                .zip(ms.into_iter().flatten())
+                .filter_map(|(t, m)| Some((t.as_f64()?, m.as_f64()?)))
+                .collect();
+            plots::Series::line(name, points)
+        })
+        .collect();
+    let title = format!(
+        "Replay lag while writing {:.0} events/s",
+        figures["write_events_per_sec"].as_f64().unwrap_or(f64::NAN)
+    );
+    plots::line_charts(
+        path,
+        vec![plots::Chart {
+            axes: plots::Axes {
+                title: &title,
+                x_label: "seconds into the write window",
+                y_label: "replay_lag ms (pg_stat_replication)",
+                log_x: false,
+                log_y: false,
+            },
+            series: lines,
+            markers: vec![],
+            x_ticks: None,
+            legend: Some(plotters::prelude::SeriesLabelPosition::UpperLeft),
+        }],
+    )
 }
