@@ -35,6 +35,7 @@ const WORKLOADS: &[&str] = &[
     "mixed",
     "isolation",
     "stream",
+    "replicas",
     "soak",
 ];
 
@@ -50,7 +51,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, isolation, stream, soak.
+    /// drain-peer, mixed, isolation, stream, replicas, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -187,11 +188,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // The soak runs on a database of its own and the stream workload on a
     // tenant of its own: alone, they need no seed (tier M's takes long and
     // most of the disk).
-    let seeded = if !args.only.is_empty() && args.only.iter().all(|o| o == "soak" || o == "stream")
+    let seeded = if !args.only.is_empty()
+        && args
+            .only
+            .iter()
+            .all(|o| o == "soak" || o == "stream" || o == "replicas")
     {
-        eprintln!("==> not seeding: only the soak and the stream workload run");
+        eprintln!("==> not seeding: only workloads with data of their own run");
         seed::Seeded {
-            figures: serde_json::json!({"skipped": "only the soak and the stream workload ran"}),
+            figures: serde_json::json!({"skipped": "only workloads with data of their own ran"}),
             has_feed_tables: true,
         }
     } else {
@@ -260,6 +265,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,
             "stream" => workloads::stream::run(&ctx).await,
+            "replicas" => workloads::replicas::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
@@ -379,6 +385,7 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "soak" => workloads::soak::plot(&path, &w.figures)?,
                     "isolation" => workloads::isolation::plot(&path, &w.figures)?,
                     "stream" => workloads::stream::plot(&path, &w.figures)?,
+                    "replicas" => workloads::replicas::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

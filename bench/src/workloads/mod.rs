@@ -9,6 +9,7 @@ pub mod health;
 pub mod ingest;
 pub mod isolation;
 pub mod mixed;
+pub mod replicas;
 pub mod soak;
 pub mod stream;
 

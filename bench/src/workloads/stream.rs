@@ -123,10 +123,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let plan = plan(ctx)?;
     let max = plan.levels.iter().copied().max().unwrap_or(0);
     // The harness holds one socket per stream, the server another: both
-    // inherit this process's limit (scripts/bench raises it).
-    let nofile = open_files_limit().unwrap_or(0);
+    // inherit this process's limit (scripts/bench raises it; so does this,
+    // as far as the hard limit allows).
+    let nofile = raise_open_files_limit().unwrap_or(0);
     anyhow::ensure!(
-        nofile >= max as u64 + 1_000,
+        nofile >= max as u64 + 256,
         "the open files limit ({nofile}) is too low for {max} streams: raise `ulimit -n` \
          (scripts/bench raises it to the hard limit)"
     );
@@ -981,11 +982,15 @@ fn rss_bytes(pid: u32) -> anyhow::Result<f64> {
     Ok(kb * 1024.0)
 }
 
-/// This process's soft limit of open files (the server inherits it).
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
+/// Raises this process's soft limit of open files to its hard limit (the
+/// servers it starts inherit it); returns the soft limit now in force.
+fn raise_open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
 }
 
 /// Latency and RSS per connection against the number of connections, and
