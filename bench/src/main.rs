@@ -34,6 +34,8 @@ const WORKLOADS: &[&str] = &[
     "drain-peer",
     "mixed",
     "isolation",
+    "stream",
+    "replicas",
     "soak",
 ];
 
@@ -49,7 +51,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, isolation, soak.
+    /// drain-peer, mixed, isolation, stream, replicas, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
@@ -183,12 +185,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pool = target.pool(8).await?;
     let pg_facts = pg::facts(&pool).await?;
 
-    // The soak runs on a database of its own: alone, it needs no seed (tier M's
-    // takes long and most of the disk).
-    let seeded = if !args.only.is_empty() && args.only.iter().all(|o| o == "soak") {
-        eprintln!("==> not seeding: only the soak runs, on its own database");
+    // The soak runs on a database of its own and the stream workload on a
+    // tenant of its own: alone, they need no seed (tier M's takes long and
+    // most of the disk).
+    let seeded = if !args.only.is_empty()
+        && args
+            .only
+            .iter()
+            .all(|o| o == "soak" || o == "stream" || o == "replicas")
+    {
+        eprintln!("==> not seeding: only workloads with data of their own run");
         seed::Seeded {
-            figures: serde_json::json!({"skipped": "only the soak ran"}),
+            figures: serde_json::json!({"skipped": "only workloads with data of their own ran"}),
             has_feed_tables: true,
         }
     } else {
@@ -256,6 +264,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,
+            "stream" => workloads::stream::run(&ctx).await,
+            "replicas" => workloads::replicas::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,
@@ -374,6 +384,8 @@ fn replot(run: &report::StoredRun, out_dir: &std::path::Path) -> anyhow::Result<
                     "drain-peer" => workloads::drain_peer::plot(&path, &w.figures)?,
                     "soak" => workloads::soak::plot(&path, &w.figures)?,
                     "isolation" => workloads::isolation::plot(&path, &w.figures)?,
+                    "stream" => workloads::stream::plot(&path, &w.figures)?,
+                    "replicas" => workloads::replicas::plot(&path, &w.figures)?,
                     other => anyhow::bail!("no plot known for {file} of workload {other}"),
                 }
             }

@@ -310,7 +310,16 @@ pub struct Axes<'a> {
 }
 
 fn palette(i: usize) -> RGBColor {
-    [BLUE, ORANGE, GREEN, RED, PURPLE, BROWN][i % 6]
+    // Ten distinct colours (matplotlib's tab10): the soak draws seven tables.
+    const MORE: [RGBColor; 4] = [
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    [
+        BLUE, ORANGE, GREEN, RED, PURPLE, BROWN, MORE[0], MORE[1], MORE[2], MORE[3],
+    ][i % 10]
 }
 
 /// One line chart: axes, lines, labelled vertical markers.

@@ -283,6 +283,9 @@ fn may_be_zero(path: &str) -> bool {
         "level",
         "records",
         "stat_",
+        // Where reads went (replicas workload): none may have needed the primary.
+        "waited",
+        "primary_",
     ]
     .iter()
     .any(|k| last.contains(k))

@@ -192,8 +192,8 @@ pub async fn handle(
             return Ok(submit::reject_inbox_message(pool, tenant, message_id, &reason).await?)
         }
     };
-    let thresholds = state.settings.alerts.thresholds();
-    Ok(submit::submit_from_inbox(pool, &thresholds, message_id, tenant, &alert).await?)
+    let limits = submit::FanoutLimits::from_config(&state.settings.alerts);
+    Ok(submit::submit_from_inbox(pool, &limits, message_id, tenant, &alert).await?)
 }
 
 #[cfg(test)]

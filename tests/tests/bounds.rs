@@ -4,7 +4,12 @@
 use std::{collections::HashSet, time::Duration};
 
 use serde_json::{json, Value};
-use tidings_tests::{client::TenantApi, AppOptions, TenantFixture, TestApp};
+use tidings_tests::{
+    client::TenantApi,
+    eventually,
+    sql::{self, Rows},
+    worker_env, AppOptions, TenantFixture, TestApp, WebhookFixture,
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -320,4 +325,180 @@ async fn an_alert_pages_through_every_delivery_once() {
     .await;
     assert_each_once(&all, "id", 120);
     api.get_alert_page(&id, "?limit=1001").problem(400).await;
+}
+
+fn alert_to(recipients: &[String], channels: &[&str]) -> Value {
+    json!({
+        "event_type": "invoice.overdue",
+        "entity_id": "inv-1",
+        "recipients": recipients,
+        "channels": channels,
+        "payload": {},
+    })
+}
+
+fn team_alert(team: &str, entity: &str) -> Value {
+    json!({
+        "event_type": "invoice.overdue",
+        "entity_id": entity,
+        "team_id": team,
+        "channels": ["in_app"],
+        "payload": {},
+    })
+}
+
+#[tokio::test]
+async fn an_alert_past_the_delivery_cap_is_refused_naming_it_and_stores_nothing() {
+    let f = TenantFixture::spawn_with(AppOptions::env([
+        ("TIDINGS_ALERT_MAX_DELIVERIES", "50"),
+        ("TIDINGS_OUTBOX_WORKERS", "0"),
+    ]))
+    .await;
+    let api = f.api();
+    let users: Vec<String> = (0..30).map(|i| format!("user-{i:02}")).collect();
+    // 30 recipients × 2 channels = 60 rows > 50.
+    let problem = api
+        .create_alert(&alert_to(&users, &["in_app", "email"]))
+        .problem(422)
+        .await;
+    assert_eq!(problem["code"], "alert_too_large", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("TIDINGS_ALERT_MAX_DELIVERIES"),
+        "{problem}"
+    );
+    // A team counts its members the same way, and so do webhook endpoints.
+    for user in &users {
+        api.put_member("everyone", user).expect(201).await;
+    }
+    let mut two_channels = team_alert("everyone", "inv-2");
+    two_channels["channels"] = json!(["in_app", "email"]);
+    api.create_alert(&two_channels).problem(422).await;
+    endpoints(&api, 1).await;
+    api.create_alert(&alert_to(&users[..20], &["in_app", "webhook", "email"]))
+        .problem(422)
+        .await;
+    for rows in [
+        Rows::Alerts,
+        Rows::Notifications,
+        Rows::Deliveries,
+        Rows::InboxItems,
+    ] {
+        assert_eq!(
+            sql::count_for(&f.pool, rows, &f.tenant).await,
+            0,
+            "{rows:?}"
+        );
+    }
+    // At the cap exactly: accepted.
+    api.create_alert(&alert_to(&users[..25], &["in_app", "email"]))
+        .expect(202)
+        .await;
+}
+
+#[tokio::test]
+async fn an_alert_past_the_inline_bound_is_written_in_background_batches_and_delivered() {
+    let opts = AppOptions {
+        env: worker_env(&[("TIDINGS_ALERT_BATCH_DELIVERIES", "10")]),
+        ..AppOptions::default()
+    };
+    let f = WebhookFixture::start(None, opts).await;
+    f.endpoint("/a").await;
+    f.endpoint("/b").await;
+    let api = f.api();
+    let users: Vec<String> = (0..25).map(|i| format!("user-{i:02}")).collect();
+    // 25 × (in-app + 2 endpoints) = 75 rows, more than one transaction's 10.
+    let accepted = api
+        .create_alert(&alert_to(&users, &["in_app", "webhook"]))
+        .expect(202)
+        .await;
+    assert_eq!(accepted["expansion"], "background", "{accepted}");
+    assert_eq!(accepted["deliveries"], json!([]), "{accepted}");
+    let id = accepted["alert_id"].as_str().unwrap().to_owned();
+    let delivered = eventually(Duration::from_secs(30), || async {
+        f.receiver.received().len() >= 50
+    })
+    .await;
+    assert!(
+        delivered,
+        "received {} of 50 webhooks",
+        f.receiver.received().len()
+    );
+    let alert = api.get_alert_page(&id, "?limit=1000").expect(200).await;
+    assert_eq!(
+        alert["expansion"],
+        json!({"done": true, "expanded": 25}),
+        "{alert}"
+    );
+    assert_each_once(alert["deliveries"].as_array().unwrap(), "id", 75);
+    assert_eq!(
+        sql::count_for(&f.pool, Rows::Notifications, &f.tenant).await,
+        50
+    );
+    assert_eq!(f.receiver.received().len(), 50);
+    // Posted again: every key exists, nothing more is written or sent.
+    let again = api
+        .create_alert(&alert_to(&users, &["in_app", "webhook"]))
+        .expect(202)
+        .await;
+    let again_id = again["alert_id"].as_str().unwrap().to_owned();
+    let done = eventually(Duration::from_secs(30), || async {
+        api.get_alert(&again_id).expect(200).await["expansion"]["done"] == true
+    })
+    .await;
+    assert!(done);
+    assert_eq!(
+        sql::count_for(&f.pool, Rows::Deliveries, &f.tenant).await,
+        75
+    );
+}
+
+#[tokio::test]
+async fn one_tenants_expansion_backlog_does_not_hold_back_anothers() {
+    let f = TenantFixture::spawn_with(AppOptions::env([
+        ("TIDINGS_FANOUT_INLINE_MAX", "1"),
+        ("TIDINGS_FANOUT_BATCH_SIZE", "2"),
+        ("TIDINGS_OUTBOX_WORKERS", "0"),
+    ]))
+    .await;
+    let a = f.api();
+    let other = f.app.create_tenant().await;
+    let b = f.app.tenant(&other);
+    for i in 0..150 {
+        a.put_member("everyone", format!("a-{i:03}"))
+            .expect(201)
+            .await;
+    }
+    for i in 0..4 {
+        b.put_member("small", format!("b-{i}")).expect(201).await;
+    }
+    // Tenant A: 6 alerts of 75 batches each, queued first.
+    let mut a_alerts = Vec::new();
+    for i in 0..6 {
+        let accepted = a
+            .create_alert(&team_alert("everyone", &format!("a-{i}")))
+            .expect(202)
+            .await;
+        a_alerts.push(accepted["alert_id"].as_str().unwrap().to_owned());
+    }
+    // Tenant B: 2 batches, queued behind all of A's.
+    let accepted = b
+        .create_alert(&team_alert("small", "b-1"))
+        .expect(202)
+        .await;
+    assert_eq!(accepted["expansion"], "background");
+    let b_alert = accepted["alert_id"].as_str().unwrap().to_owned();
+    let b_done = eventually(Duration::from_secs(60), || async {
+        b.get_alert(&b_alert).expect(200).await["expansion"]["done"] == true
+    })
+    .await;
+    assert!(b_done, "B's expansion never finished");
+    let a_last = a.get_alert(a_alerts.last().unwrap()).expect(200).await;
+    assert_eq!(
+        a_last["expansion"]["done"], false,
+        "B's small expansion waited for all of A's: {}",
+        a_last["expansion"]
+    );
 }

@@ -17,8 +17,10 @@ use sqlx::{postgres::PgPoolOptions, PgPool};
 use tidings_core::Position;
 use tidings_tests::{
     client::UserApi,
+    create_endpoint, eventually,
     sql::{self, until_served_on},
-    AppOptions, Cluster, TestApp, TestDb,
+    sse::StreamCredential,
+    worker_env, AppOptions, Cluster, Receiver, TestApp, TestDb, TidingsProcess,
 };
 
 const TOKEN_HEADER: &str = "Tidings-Consistency-Token";
@@ -368,4 +370,253 @@ async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
     }
     assert!(reads.load(Ordering::Relaxed) > 0);
     assert_eq!(failures, Vec::<String>::new(), "no read failed");
+}
+
+/// The production shape of issue 13: three `tidings serve` instances reading
+/// from both standbys and two `tidings worker` processes, on one primary.
+/// Events are posted concurrently through all three instances while a poller
+/// reads pages `after` its cursor round robin across them, and a stream on one
+/// instance receives the same items; alerts posted through them are delivered
+/// by the workers to a real receiver; marks on one instance are read back, with
+/// the token, on the others. Nothing is skipped, duplicated or lost anywhere.
+#[tokio::test]
+async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_nothing() {
+    const ROUNDS: usize = 12;
+    const PER_POST: usize = 4;
+    const RECIPIENTS: usize = 3;
+    // Per round: one batch of PER_POST events through each instance.
+    const TOTAL: usize = ROUNDS * 3 * PER_POST;
+
+    let cluster = Cluster::shared().await;
+    let db = cluster.database().await;
+    let receiver = Receiver::webhooks(&[]).await;
+    // The instances leave the outbox to the workers.
+    let no_workers = [("TIDINGS_OUTBOX_WORKERS", "0")];
+    let instances = [
+        serve_with_standbys(&cluster, &db, &no_workers).await,
+        serve_with_standbys(&cluster, &db, &no_workers).await,
+        serve_with_standbys(&cluster, &db, &no_workers).await,
+    ];
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let mut env = worker_env(&[]);
+        env.push((
+            "TIDINGS_DATABASE_REPLICA_URLS".to_string(),
+            cluster.replica_urls(&db.name),
+        ));
+        workers.push(
+            TidingsProcess::worker(&db.url, &env)
+                .await
+                .expect("tidings worker"),
+        );
+    }
+    let tenant = instances[0].create_tenant().await;
+    let apis: Vec<_> = instances.iter().map(|app| app.tenant(&tenant)).collect();
+    apis[1].put_member("team", "reader").expect(201).await;
+    let endpoint = create_endpoint(&apis[2], &receiver.url("/hook"), None).await;
+    receiver.trust(&endpoint.secret).await;
+    let token = instances[0].user_token(&tenant, "reader").await;
+    let readers: Vec<_> = instances.iter().map(|app| app.user(&token)).collect();
+
+    // The stream, on the third instance, from the origin (opened live it would
+    // rightly miss what committed before it registered); resumed from its last
+    // id if it is reset as a slow consumer. Read while the rounds run.
+    let read_stream = async {
+        let mut received: Vec<Value> = Vec::new();
+        let mut last_id = Position::ORIGIN.to_cursor();
+        while received.len() < TOTAL {
+            let mut stream = instances[2]
+                .open_stream(StreamCredential::Token(&token), "", Some(&last_id))
+                .await;
+            assert_eq!(stream.status, 200);
+            loop {
+                let Some(event) = stream.next_within(Duration::from_secs(60)).await else {
+                    panic!("stream stalled after {} items", received.len());
+                };
+                match event.event.as_str() {
+                    "item" => {
+                        last_id = event.id.clone().expect("an item's id");
+                        received.push(event.json());
+                        if received.len() == TOTAL {
+                            break;
+                        }
+                    }
+                    "reset" => {
+                        assert_eq!(event.json()["reason"], "slow_consumer", "{event:?}");
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        received
+    };
+
+    let mut polled: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = Some(Position::ORIGIN.to_cursor());
+    let mut turn = 0usize;
+    let mut keys: Vec<String> = Vec::new();
+    let rounds = async {
+        for round in 0..ROUNDS {
+            let posts = (0..3).map(|i| {
+                let events: Vec<Value> = (0..PER_POST)
+                    .map(|k| {
+                        json!({"team_id": "team", "type": "tick",
+                           "payload": {"n": (round * 3 + i) * PER_POST + k}})
+                    })
+                    .collect();
+                apis[i]
+                    .create_events(&json!({ "events": events }))
+                    .expect(201)
+            });
+            let alert = apis[round % 3].create_alert(&json!({
+                "event_type": "invoice.paid",
+                "entity_id": format!("inv_{round}"),
+                "channels": ["webhook"],
+                "recipients": (0..RECIPIENTS).map(|r| format!("user-{r}")).collect::<Vec<_>>(),
+                "payload": {"round": round}
+            }));
+            let page = poll(&readers[turn % 3], cursor.as_deref());
+            turn += 1;
+            let (_, accepted, page) =
+                tokio::join!(futures::future::join_all(posts), alert.expect(202), page);
+            for d in accepted["deliveries"].as_array().expect("deliveries") {
+                assert_eq!(d["status"], "created", "{d}");
+                keys.push(d["key"].as_str().expect("key").to_string());
+            }
+            take(&page, &mut polled, &mut cursor);
+
+            // Every fourth round: mark on one instance, read counts on the others
+            // with the mark's token.
+            if round % 4 == 3 {
+                sql::until_all_served_on(&cluster.primary_admin()).await;
+                let at = round % 3;
+                let body = match &cursor {
+                    Some(c) => json!({ "up_to": c }),
+                    None => json!({}),
+                };
+                let marked = readers[at].mark_read(&body).reply(200).await;
+                let mark_token = marked
+                    .header(TOKEN_HEADER)
+                    .expect("a mark's token")
+                    .to_string();
+                let unread = marked.json()["unread_count"]
+                    .as_u64()
+                    .expect("unread_count");
+                for other in (0..3).filter(|&o| o != at) {
+                    let counts = readers[other]
+                        .counts()
+                        .header(TOKEN_HEADER, mark_token.clone())
+                        .expect(200)
+                        .await;
+                    assert!(
+                        counts["unread"].as_u64().expect("unread") <= unread,
+                        "instance {other}'s badge went back after the mark on {at} \
+                     ({unread} unread): {counts}"
+                    );
+                }
+            }
+        }
+    };
+    let ((), streamed) = tokio::join!(rounds, read_stream);
+
+    // Drain: once everything is served and replayed, the poller gets the rest.
+    sql::until_all_served_on(&cluster.primary_admin()).await;
+    cluster.until_replayed().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while polled.len() < TOTAL {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the poller got {} of {TOTAL}",
+            polled.len()
+        );
+        let page = poll(&readers[turn % 3], cursor.as_deref()).await;
+        turn += 1;
+        take(&page, &mut polled, &mut cursor);
+    }
+    for _ in 0..3 {
+        let page = poll(&readers[turn % 3], cursor.as_deref()).await;
+        turn += 1;
+        assert_eq!(page["items"], json!([]), "nothing past the last item");
+    }
+
+    let positions = |items: &[Value]| -> Vec<Position> {
+        items.iter().map(|i| position(&i["cursor"])).collect()
+    };
+    let numbers = |items: &[Value]| -> Vec<usize> {
+        let mut n: Vec<usize> = items
+            .iter()
+            .map(|i| i["payload"]["n"].as_u64().expect("n") as usize)
+            .collect();
+        n.sort_unstable();
+        n
+    };
+    let polled_at = positions(&polled);
+    assert!(
+        polled_at.windows(2).all(|w| w[0] < w[1]),
+        "the poller's positions only grow, none twice"
+    );
+    assert_eq!(
+        numbers(&polled),
+        (0..TOTAL).collect::<Vec<_>>(),
+        "the poller: every event once"
+    );
+
+    assert_eq!(
+        positions(&streamed),
+        polled_at,
+        "the stream: every event once, in the poller's (position) order"
+    );
+
+    // Webhooks: each notification key delivered exactly once, verified.
+    let arrived = eventually(Duration::from_secs(60), || async {
+        let received = receiver.received();
+        keys.iter()
+            .all(|k| received.iter().any(|r| r["webhook_id"] == *k))
+    })
+    .await;
+    assert!(arrived, "not every webhook arrived: {}", workers[0].log());
+    let pool = pool_of(&db).await;
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            let counts = sql::status_counts(&pool, &tenant).await;
+            counts.get("sent").copied() == Some(keys.len() as i64) && counts.len() == 1
+        })
+        .await,
+        "every delivery sent: {:?}",
+        sql::status_counts(&pool, &tenant).await
+    );
+    let received = receiver.received();
+    assert_eq!(keys.len(), ROUNDS * RECIPIENTS);
+    for key in &keys {
+        let records: Vec<&Value> = received
+            .iter()
+            .filter(|r| r["webhook_id"] == *key)
+            .collect();
+        assert_eq!(
+            records.len(),
+            1,
+            "{key} delivered exactly once: {records:#?}"
+        );
+        assert_eq!(records[0]["verified"], true, "{:?}", records[0]);
+    }
+    assert_eq!(received.len(), keys.len(), "no webhook beyond the keys");
+
+    for (i, app) in instances.iter().enumerate() {
+        assert!(
+            standby_reads(app).await > 0,
+            "instance {i} read from the standbys"
+        );
+    }
+}
+
+/// Appends a page's items (newest first in the page) oldest first, and moves
+/// the cursor to its head.
+fn take(page: &Value, polled: &mut Vec<Value>, cursor: &mut Option<String>) {
+    for item in page["items"].as_array().expect("items").iter().rev() {
+        polled.push(item.clone());
+    }
+    if let Some(head) = page["head"].as_str() {
+        *cursor = Some(head.to_string());
+    }
 }

@@ -9,7 +9,9 @@ pub mod health;
 pub mod ingest;
 pub mod isolation;
 pub mod mixed;
+pub mod replicas;
 pub mod soak;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 

@@ -746,8 +746,12 @@ pub fn plot(path: &std::path::Path, figures: &Value) -> anyhow::Result<()> {
             .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()? * scale)))
             .collect()
     };
-    let chart = |title: &'static str, y: &'static str, lines: Vec<plots::Series>| {
-        let legend = (lines.len() > 1).then_some(plots::SeriesLabelPosition::UpperLeft);
+    // Ticks every sixth of the soak: the axis ends where the soak does (the
+    // automatic ticks would run a round step past it).
+    let duration = figures["plan"]["duration_secs"].as_f64().unwrap_or(600.0);
+    let x_ticks: Vec<f64> = (0..=6).map(|i| duration * f64::from(i) / 6.0).collect();
+    let chart = |title: &'static str, y: &'static str, lines: Vec<plots::Series>, legend: bool| {
+        let legend = legend.then_some(plots::SeriesLabelPosition::UpperLeft);
         plots::Panel::Lines(plots::Chart {
             axes: plots::Axes {
                 title,
@@ -758,10 +762,19 @@ pub fn plot(path: &std::path::Path, figures: &Value) -> anyhow::Result<()> {
             },
             series: lines,
             markers: vec![],
-            x_ticks: None,
+            x_ticks: Some(x_ticks.clone()),
             legend,
         })
     };
+    // The purge runs every few samples: its running total reads better than
+    // a comb of per-window counts (a straight line: a steady purge).
+    let purged_total: Vec<(f64, f64)> = points("purged_rows", 1.0)
+        .into_iter()
+        .scan(0.0, |sum, (t, rows)| {
+            *sum += rows;
+            Some((t, *sum))
+        })
+        .collect();
     let per_table = |prefix: &str, scale: f64| -> Vec<plots::Series> {
         TABLES
             .iter()
@@ -776,8 +789,14 @@ pub fn plot(path: &std::path::Path, figures: &Value) -> anyhow::Result<()> {
                 "Table + index size (flat after warm-up?)",
                 "MB",
                 per_table("bytes_", 1e-6),
+                true,
             ),
-            chart("Dead tuples", "n_dead_tup", per_table("n_dead_", 1.0)),
+            chart(
+                "Dead tuples (tables coloured as on the left)",
+                "n_dead_tup",
+                per_table("n_dead_", 1.0),
+                false,
+            ),
             chart(
                 "Feed p99 per sample window",
                 "ms",
@@ -785,21 +804,25 @@ pub fn plot(path: &std::path::Path, figures: &Value) -> anyhow::Result<()> {
                     "GET /v1/feed p99",
                     points("feed_p99_ms", 1.0),
                 )],
+                false,
             ),
             chart(
                 "Outbox depth (pending, retrying, sending)",
                 "deliveries",
                 vec![plots::Series::line("outbox", points("outbox_rows", 1.0))],
+                false,
             ),
             chart(
                 "RSS of tidings serve",
                 "MB",
                 vec![plots::Series::line("RSS", points("rss_bytes", 1e-6))],
+                false,
             ),
             chart(
-                "Rows purged per sample window",
+                "Rows purged, running total",
                 "rows",
-                vec![plots::Series::line("purged", points("purged_rows", 1.0))],
+                vec![plots::Series::line("purged", purged_total)],
+                false,
             ),
         ],
     )

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tidings_core::{Channel, EntityId, EventType, FanoutThresholds, UserId};
+use tidings_core::{Channel, EntityId, EventType, UserId};
 
-use super::submit::{entity_lock_key, fan_out, FanoutTarget};
+use super::submit::{entity_lock_key, fan_out, rows_per_recipient, FanoutLimits, FanoutTarget};
 use crate::{
     listen,
     shutdown::Shutdown,
@@ -27,15 +27,18 @@ const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// back only tenants that are expanding anyway.
 const EXPANSION_TENANTS_PER_CLAIM: i64 = 8;
 
-/// Expands one batch of the oldest open team expansion, in its own transaction
-/// that also advances the job's cursor. Returns false when there was no work.
+/// Expands one batch of an open expansion — a team's members, or an alert's
+/// named recipients too many to write inline — in its own transaction that
+/// also advances the job's cursor. Returns false when there was no work.
+/// Tenants take turns, one batch each (`store::alerts::list_expansion_tenants`),
+/// and a batch writes at most `limits.batch_deliveries` delivery rows.
 ///
 /// A batch writes in-app feed items, so its transaction takes the tenant's
 /// feed lock before it has a transaction id (`crate::horizon`); claiming a job
-/// locks its row and so takes an id. Hence the tenants of the oldest open jobs
+/// locks its row and so takes an id. Hence the tenants whose turn it is
 /// are looked up first, without locking, their feed locks taken, and only a
 /// job of one of those tenants claimed.
-pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> sqlx::Result<bool> {
+pub async fn expand_next_batch(pool: &PgPool, limits: &FanoutLimits) -> sqlx::Result<bool> {
     let tenants = alert_store::list_expansion_tenants(pool, EXPANSION_TENANTS_PER_CLAIM).await?;
     if tenants.is_empty() {
         return Ok(false);
@@ -55,19 +58,25 @@ pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> 
         entity_lock_key(job.tenant_id, &event_type, &entity_id),
     )
     .await?;
-    let batch = thresholds.batch_size.max(1) as i64;
-    let members: Vec<UserId> = team_store::list_members(
-        &mut *tx,
-        job.tenant_id,
-        &job.team_id,
-        job.after_user_id.as_deref(),
-        batch,
-    )
-    .await?
-    .into_iter()
-    .map(|m| m.user_id)
-    .collect();
     let channels: Vec<Channel> = job.channels.iter().filter_map(|c| c.parse().ok()).collect();
+    let per_recipient = rows_per_recipient(&mut tx, job.tenant_id, &event_type, &channels).await?;
+    let batch = limits.batch_recipients(per_recipient) as i64;
+    let after = job.after_user_id.as_deref();
+    let members: Vec<UserId> = match (&job.team_id, &job.recipients) {
+        (Some(team), _) => team_store::list_members(&mut *tx, job.tenant_id, team, after, batch)
+            .await?
+            .into_iter()
+            .map(|m| m.user_id)
+            .collect(),
+        // Stored sorted: the cursor is the last one written.
+        (None, recipients) => recipients
+            .iter()
+            .flatten()
+            .filter(|r| after.is_none_or(|a| r.as_str() > a))
+            .take(batch as usize)
+            .map(|r| UserId::parse(r.as_str()).map_err(invalid))
+            .collect::<Result<_, _>>()?,
+    };
     let target = FanoutTarget {
         tenant: job.tenant_id,
         alert_id: job.alert_id,
@@ -95,7 +104,7 @@ pub async fn expand_next_batch(pool: &PgPool, thresholds: &FanoutThresholds) -> 
 /// The expansion worker `serve` runs: batches until there is no work, then
 /// waits for a notification, the poll interval or shutdown.
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
-    let thresholds = state.settings.alerts.thresholds();
+    let limits = FanoutLimits::from_config(&state.settings.alerts);
     let (waker, mut woken) = listen::spawn_waker(
         state.listen_pool.clone(),
         NotifyChannel::Expansion,
@@ -105,7 +114,7 @@ pub async fn run(state: AppState, mut shutdown: Shutdown) {
         // Notifications from now on wake the wait below, even those that
         // arrive while this batch runs.
         woken.borrow_and_update();
-        match expand_next_batch(&state.pool, &thresholds).await {
+        match expand_next_batch(&state.pool, &limits).await {
             Ok(true) => continue,
             Ok(false) => {}
             Err(err) => {

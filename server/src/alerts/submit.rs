@@ -200,6 +200,60 @@ pub fn entity_lock_key(tenant: Uuid, event_type: &EventType, entity_id: &EntityI
     stable_lock_key(&[&tenant.to_string(), event_type, entity_id])
 }
 
+/// How large an alert may be, and how much of it one transaction writes
+/// (`AlertsConfig`; ARCHITECTURE.md, "Bounded work per request").
+#[derive(Debug, Clone, Copy)]
+pub struct FanoutLimits {
+    /// Largest team written inline, and members per background batch.
+    pub thresholds: FanoutThresholds,
+    /// Most delivery rows one transaction writes: inline, or one batch.
+    pub batch_deliveries: u64,
+    /// Most delivery rows one alert writes.
+    pub max_deliveries: u64,
+}
+
+impl FanoutLimits {
+    pub fn from_config(config: &AlertsConfig) -> Self {
+        FanoutLimits {
+            thresholds: config.thresholds(),
+            batch_deliveries: config.alert_batch_deliveries.max(1),
+            max_deliveries: config.alert_max_deliveries,
+        }
+    }
+
+    /// Recipients one background batch takes: the configured batch, fewer
+    /// when each recipient writes several rows, at least one.
+    pub(super) fn batch_recipients(&self, rows_per_recipient: u64) -> u64 {
+        (self.batch_deliveries / rows_per_recipient.max(1))
+            .clamp(1, self.thresholds.batch_size.max(1))
+    }
+}
+
+/// The most delivery rows one recipient of this alert can get: one per
+/// channel, and on the webhook channel one per subscribed endpoint (a
+/// skipped row when there is none). An upper bound of what the plan writes:
+/// duplicates write nothing.
+pub(super) async fn rows_per_recipient(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    event_type: &EventType,
+    channels: &[Channel],
+) -> sqlx::Result<u64> {
+    let mut rows = 0;
+    for channel in channels {
+        rows += match channel {
+            Channel::Webhook => store::webhook_endpoints::list_subscribed_endpoint_ids(
+                &mut *conn, tenant, event_type,
+            )
+            .await?
+            .len()
+            .max(1) as u64,
+            _ => 1,
+        };
+    }
+    Ok(rows)
+}
+
 /// Why an alert was not created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
@@ -208,16 +262,16 @@ pub enum CreateError {
     /// was written.
     #[error("another alert of this event type and entity is being written; retry shortly")]
     EntityBusy(#[source] sqlx::Error),
+    /// The alert would write more delivery rows than one alert may; nothing
+    /// was written.
+    #[error(
+        "this alert would write up to {rows} deliveries, more than the {max} \
+         TIDINGS_ALERT_MAX_DELIVERIES allows (recipients or team members × channels, \
+         one per webhook endpoint)"
+    )]
+    TooLarge { rows: u64, max: u64 },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
-}
-
-impl From<CreateError> for sqlx::Error {
-    fn from(err: CreateError) -> Self {
-        match err {
-            CreateError::EntityBusy(db) | CreateError::Db(db) => db,
-        }
-    }
 }
 
 /// Creates one alert inside the caller's transaction (commit is the caller's),
@@ -229,7 +283,7 @@ pub(super) async fn create_alert(
     conn: &mut PgConnection,
     tenant: Uuid,
     alert: &AlertRequest,
-    thresholds: &FanoutThresholds,
+    limits: &FanoutLimits,
 ) -> Result<AlertCreated, CreateError> {
     alert_store::lock_alert_entity(
         &mut *conn,
@@ -254,39 +308,67 @@ pub(super) async fn create_alert(
         channels: &channel_names,
         team_id: alert.team().map(TeamId::as_str),
     };
-    let recipients = match &alert.audience {
-        Audience::Recipients(r) => r.clone(),
+    // Sized before anything is written: an alert past the cap stores nothing,
+    // and one past the inline bound is handed to the background batches.
+    let per_recipient =
+        rows_per_recipient(&mut *conn, tenant, &alert.event_type, &alert.channels).await?;
+    let (audience, inline) = match &alert.audience {
+        Audience::Recipients(r) => (r.len() as u64, true),
         Audience::Team(team) => {
             let size = team_store::count_members(&mut *conn, tenant, team).await?;
             let decision = decide(
                 SendKind::TransactionalAlert,
                 size.max(0) as u64,
                 None,
-                thresholds,
+                &limits.thresholds,
             );
             tracing::debug!(%alert_id, %team, size, reason = %decision.reason, "team fan-out");
-            match decision.strategy {
-                Strategy::WriteInline => {
-                    team_store::list_members(&mut *conn, tenant, team, None, i64::MAX)
-                        .await?
-                        .into_iter()
-                        .map(|m| m.user_id)
-                        .collect()
-                }
-                // Alerts never store once (each recipient needs its own key and
-                // delivery state), so anything but inline goes to the background.
-                Strategy::WriteInBatches { .. } | Strategy::StoreOnceReadTime => {
-                    alert_store::insert_alert(&mut *conn, tenant, &row).await?;
-                    alert_store::insert_expansion(&mut *conn, tenant, alert_id, team).await?;
-                    alert_store::notify_expansion(&mut *conn, tenant).await?;
-                    return Ok(AlertCreated {
-                        alert_id,
-                        deliveries: Vec::new(),
-                        background_expansion: true,
-                    });
-                }
-            }
+            // Alerts never store once (each recipient needs its own key and
+            // delivery state), so anything but inline goes to the background.
+            let inline = matches!(decision.strategy, Strategy::WriteInline);
+            (size.max(0) as u64, inline)
         }
+    };
+    let rows = audience.saturating_mul(per_recipient);
+    if rows > limits.max_deliveries {
+        return Err(CreateError::TooLarge {
+            rows,
+            max: limits.max_deliveries,
+        });
+    }
+    if !inline || rows > limits.batch_deliveries {
+        let recipients = match &alert.audience {
+            Audience::Recipients(r) => {
+                let mut sorted: Vec<String> = r.iter().map(|u| u.to_string()).collect();
+                sorted.sort();
+                Some(sorted)
+            }
+            Audience::Team(_) => None,
+        };
+        tracing::debug!(%alert_id, rows, "fan-out in background batches");
+        alert_store::insert_alert(&mut *conn, tenant, &row).await?;
+        alert_store::insert_expansion(
+            &mut *conn,
+            tenant,
+            alert_id,
+            alert.team().map(TeamId::as_str),
+            recipients.as_deref(),
+        )
+        .await?;
+        alert_store::notify_expansion(&mut *conn, tenant).await?;
+        return Ok(AlertCreated {
+            alert_id,
+            deliveries: Vec::new(),
+            background_expansion: true,
+        });
+    }
+    let recipients = match &alert.audience {
+        Audience::Recipients(r) => r.clone(),
+        Audience::Team(team) => team_store::list_members(&mut *conn, tenant, team, None, i64::MAX)
+            .await?
+            .into_iter()
+            .map(|m| m.user_id)
+            .collect(),
     };
     let target = FanoutTarget {
         tenant,
@@ -322,6 +404,13 @@ pub enum SubmitError {
     /// See [`CreateError::EntityBusy`]; the Idempotency-Key's lease was released.
     #[error("another alert of this event type and entity is being written; retry shortly")]
     EntityBusy,
+    /// See [`CreateError::TooLarge`]; the Idempotency-Key's lease was released.
+    #[error(
+        "this alert would write up to {rows} deliveries, more than the {max} \
+         TIDINGS_ALERT_MAX_DELIVERIES allows (recipients or team members × channels, \
+         one per webhook endpoint)"
+    )]
+    TooLarge { rows: u64, max: u64 },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -330,6 +419,7 @@ impl From<CreateError> for SubmitError {
     fn from(err: CreateError) -> Self {
         match err {
             CreateError::EntityBusy(_) => SubmitError::EntityBusy,
+            CreateError::TooLarge { rows, max } => SubmitError::TooLarge { rows, max },
             CreateError::Db(db) => SubmitError::Db(db),
         }
     }
@@ -407,7 +497,8 @@ pub async fn submit(
     };
     let attempt = async {
         let mut tx = horizon::begin_feed_write(pool, tenant).await?;
-        let created = create_alert(&mut tx, tenant, alert, &config.thresholds()).await?;
+        let limits = FanoutLimits::from_config(config);
+        let created = create_alert(&mut tx, tenant, alert, &limits).await?;
         Ok::<_, CreateError>((tx, created))
     }
     .await;
@@ -441,7 +532,7 @@ pub enum Handled {
 /// rejected (logged only: there is no tenant to record it under).
 pub async fn submit_from_inbox(
     pool: &PgPool,
-    thresholds: &FanoutThresholds,
+    limits: &FanoutLimits,
     message_id: &str,
     tenant: Uuid,
     alert: &AlertRequest,
@@ -455,8 +546,16 @@ pub async fn submit_from_inbox(
         return Ok(Handled::AlreadySeen);
     }
     // A busy entity is an error like any other here: the message is
-    // redelivered and tries again.
-    let created = create_alert(&mut tx, tenant, alert, thresholds).await?;
+    // redelivered and tries again. One too large never fits: it is recorded
+    // as rejected, as an invalid message is.
+    let created = match create_alert(&mut tx, tenant, alert, limits).await {
+        Ok(created) => created,
+        Err(too_large @ CreateError::TooLarge { .. }) => {
+            drop(tx);
+            return reject_inbox_message(pool, tenant, message_id, &too_large.to_string()).await;
+        }
+        Err(CreateError::EntityBusy(db) | CreateError::Db(db)) => return Err(db),
+    };
     let outcome = if created.is_full_replay() {
         InboxOutcome::Duplicate
     } else {

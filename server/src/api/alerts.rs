@@ -312,6 +312,9 @@ fn submit_problem(err: SubmitError) -> ApiError {
             detail: busy.to_string(),
             retry_after_secs: Some(1),
         },
+        too_large @ SubmitError::TooLarge { .. } => {
+            ApiError::unprocessable("alert_too_large", too_large.to_string())
+        }
         SubmitError::Db(db) => db.into(),
     }
 }

@@ -164,18 +164,25 @@ pub async fn find_original_alert_id(
     .await
 }
 
+/// A background expansion job over a team's members, or (`team_id` `None`)
+/// over named recipients, sorted: the job's cursor walks them in that order.
 pub async fn insert_expansion(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert_id: Uuid,
-    team_id: &str,
+    team_id: Option<&str>,
+    recipients: Option<&[String]>,
 ) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO alert_expansions (tenant_id, alert_id, team_id) VALUES ($1, $2, $3)")
-        .bind(tenant)
-        .bind(alert_id)
-        .bind(team_id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "INSERT INTO alert_expansions (tenant_id, alert_id, team_id, recipients)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(team_id)
+    .bind(recipients)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -184,7 +191,9 @@ pub async fn insert_expansion(
 pub struct ExpansionJob {
     pub tenant_id: Uuid,
     pub alert_id: Uuid,
-    pub team_id: String,
+    /// `None`: the job walks `recipients` instead (migration 0016).
+    pub team_id: Option<String>,
+    pub recipients: Option<Vec<String>>,
     pub after_user_id: Option<String>,
     pub event_type: String,
     pub entity_id: String,
@@ -193,19 +202,21 @@ pub struct ExpansionJob {
     pub channels: Vec<String>,
 }
 
-/// Locks the oldest open job of `tenants` nobody else holds, for the rest of
-/// the caller's (short, database-only) transaction. Other workers skip it.
+/// Locks an open job nobody else holds, for the rest of the caller's (short,
+/// database-only) transaction: of the first tenant in `tenants` that has one
+/// (their order is the fairness rule, [`list_expansion_tenants`]), its oldest.
+/// Other workers skip it.
 pub async fn claim_expansion(
     db: impl PgExecutor<'_>,
     tenants: &[Uuid],
 ) -> sqlx::Result<Option<ExpansionJob>> {
     sqlx::query_as(
-        "SELECT e.tenant_id, e.alert_id, e.team_id, e.after_user_id,
+        "SELECT e.tenant_id, e.alert_id, e.team_id, e.recipients, e.after_user_id,
                 a.event_type, a.entity_id, a.subject, a.payload, a.channels
            FROM alert_expansions e
            JOIN alerts a ON a.tenant_id = e.tenant_id AND a.id = e.alert_id
           WHERE NOT e.done AND e.tenant_id = ANY($1)
-          ORDER BY e.created_at
+          ORDER BY array_position($1, e.tenant_id), e.created_at
           LIMIT 1
           FOR UPDATE OF e SKIP LOCKED",
     )
@@ -214,17 +225,23 @@ pub async fn claim_expansion(
     .await
 }
 
-/// The distinct tenants of the oldest open expansion jobs (at most `limit`),
-/// read without locking anything.
+/// The tenants with open expansion jobs (at most `limit`), read without
+/// locking anything, in turn order: the tenant whose latest batch is oldest
+/// first. A batch moves its job's `updated_at` to now, so a tenant served a
+/// moment ago goes to the back, behind every tenant that has waited longer
+/// (a new job's `updated_at` is its creation): round robin, one batch per
+/// tenant per turn, however large a tenant's backlog. (Oldest job first, as
+/// before, made one tenant's backlog delay every other tenant's alerts until
+/// it was done.)
 pub async fn list_expansion_tenants(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar(
         "SELECT tenant_id FROM (
-             SELECT tenant_id, min(created_at) AS oldest FROM alert_expansions
+             SELECT tenant_id, max(updated_at) AS served FROM alert_expansions
              WHERE NOT done GROUP BY tenant_id
-         ) t ORDER BY oldest LIMIT $1",
+         ) t ORDER BY served LIMIT $1",
     )
     .bind(limit)
     .fetch_all(db)
