@@ -1356,6 +1356,7 @@ export interface components {
         /** WebhookEndpointIn */
         WebhookEndpointIn: {
             /**
+             * Format: uri
              * @description Absolute http(s) URL without credentials. Private, loopback and link-local
              *     targets are refused when delivering (DNS may change), unless allowed by
              *     configuration.

@@ -570,8 +570,9 @@ mod limits {
 
     use super::Json;
     use crate::{
+        alerts,
         api::{users, webhook_endpoints},
-        deliveries, feed, idempotency, teams,
+        deliveries, feed, idempotency, teams, webhook_endpoints as endpoints,
     };
     use tidings_core::MAX_ID_BYTES;
 
@@ -627,7 +628,13 @@ mod limits {
             (
                 "WebhookEndpointIn",
                 "url",
-                json!({"maxLength": webhook_endpoints::MAX_URL_BYTES}),
+                // The shape `validate_url` accepts, as far as a pattern can say:
+                // http(s), a host, no userinfo, no whitespace.
+                json!({
+                    "maxLength": webhook_endpoints::MAX_URL_BYTES,
+                    "format": "uri",
+                    "pattern": "^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][!-~]*)?$",
+                }),
             ),
             (
                 "WebhookEndpointIn",
@@ -668,6 +675,18 @@ mod limits {
                 "get",
                 "limit",
                 limit(deliveries::MAX_LIMIT),
+            ),
+            (
+                "/v1/alerts/{alert_id}",
+                "get",
+                "limit",
+                limit(alerts::MAX_DELIVERY_LIMIT),
+            ),
+            (
+                "/v1/webhook-endpoints",
+                "get",
+                "limit",
+                limit(endpoints::MAX_LIMIT),
             ),
             (
                 "/v1/alerts",
