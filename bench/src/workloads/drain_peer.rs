@@ -77,6 +77,53 @@ pub const BEFORE_SCHEMA: &[&str] = &[
          autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
          autovacuum_analyze_scale_factor = 0.02)",
 ];
+/// `{schema}.deliveries` as migrated: columns, indexes and the migrations'
+/// storage settings (0008's autovacuum trigger, 0015's fillfactor), which
+/// `LIKE` does not copy.
+pub async fn create_deliveries_as_migrated(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> anyhow::Result<()> {
+    sqlx::query(&format!(
+        "CREATE TABLE {schema}.deliveries (LIKE public.deliveries INCLUDING ALL)"
+    ))
+    .execute(&mut *conn)
+    .await?;
+    let reloptions: Option<String> = sqlx::query_scalar(
+        "SELECT array_to_string(reloptions, ', ') FROM pg_class
+         WHERE oid = 'public.deliveries'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
+        sqlx::query(&format!("ALTER TABLE {schema}.deliveries SET ({opts})"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// `{schema}.deliveries` as before 0015: the migrated columns (0015 added
+/// none) with [`BEFORE_SCHEMA`]'s indexes and settings.
+pub async fn create_deliveries_before_0015(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> anyhow::Result<()> {
+    sqlx::query(&format!(
+        "CREATE TABLE {schema}.deliveries (LIKE public.deliveries
+           INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
+           INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)"
+    ))
+    .execute(&mut *conn)
+    .await?;
+    for stmt in BEFORE_SCHEMA {
+        sqlx::query(&stmt.replace("{s}", schema))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Set on the drain's connections, to wait for them to be gone (their
 /// statistics flushed) before reading pg_stat_user_tables.
 const APP_NAME: &str = "tidings-bench-peer";
@@ -228,39 +275,9 @@ async fn prepare(
                 sqlx::query(&stmt).execute(&mut *tx).await?;
             }
             if system == System::Tidings {
-                sqlx::query(&format!(
-                    "CREATE TABLE {s}.deliveries (LIKE public.deliveries INCLUDING ALL)"
-                ))
-                .execute(&mut *tx)
-                .await?;
-                // The migrations' storage settings (0008's autovacuum
-                // trigger, 0015's fillfactor): LIKE copies no reloptions.
-                let reloptions: Option<String> = sqlx::query_scalar(
-                    "SELECT array_to_string(reloptions, ', ') FROM pg_class
-                     WHERE oid = 'public.deliveries'::regclass",
-                )
-                .fetch_one(&mut *tx)
-                .await?;
-                if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
-                    sqlx::query(&format!("ALTER TABLE {s}.deliveries SET ({opts})"))
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                create_deliveries_as_migrated(&mut tx, s).await?;
             } else {
-                // The columns as migrated (0015 added none), the indexes and
-                // settings of before 0015.
-                sqlx::query(&format!(
-                    "CREATE TABLE {s}.deliveries (LIKE public.deliveries
-                       INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
-                       INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)"
-                ))
-                .execute(&mut *tx)
-                .await?;
-                for stmt in BEFORE_SCHEMA {
-                    sqlx::query(&stmt.replace("{s}", s))
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                create_deliveries_before_0015(&mut tx, s).await?;
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)

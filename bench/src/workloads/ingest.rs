@@ -16,7 +16,7 @@ use std::{path::PathBuf, time::Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use super::{fmt_ms, rps, Ctx};
+use super::{drain_peer, fmt_ms, rps, Ctx};
 use crate::{
     loadgen::{Measure, WRK_DONE_LUA},
     report::{Aim, Ratio, Table, WorkloadResult},
@@ -143,36 +143,8 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query(&format!(
-        "CREATE TABLE {SCHEMA_AFTER}.deliveries (LIKE public.deliveries INCLUDING ALL)"
-    ))
-    .execute(&mut *tx)
-    .await?;
-    let reloptions: Option<String> = sqlx::query_scalar(
-        "SELECT array_to_string(reloptions, ', ') FROM pg_class
-         WHERE oid = 'public.deliveries'::regclass",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if let Some(opts) = reloptions.filter(|o| !o.is_empty()) {
-        sqlx::query(&format!(
-            "ALTER TABLE {SCHEMA_AFTER}.deliveries SET ({opts})"
-        ))
-        .execute(&mut *tx)
-        .await?;
-    }
-    sqlx::query(&format!(
-        "CREATE TABLE {SCHEMA_BEFORE}.deliveries (LIKE public.deliveries
-           INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY
-           INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)"
-    ))
-    .execute(&mut *tx)
-    .await?;
-    for stmt in super::drain_peer::BEFORE_SCHEMA {
-        sqlx::query(&stmt.replace("{s}", SCHEMA_BEFORE))
-            .execute(&mut *tx)
-            .await?;
-    }
+    drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_AFTER).await?;
+    drain_peer::create_deliveries_before_0015(&mut tx, SCHEMA_BEFORE).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -380,12 +380,7 @@ impl Hub {
             .map(|m| (m.team_id.as_str(), m.joined))
             .collect();
         self.with_state(|s| {
-            let ids = s
-                .tenants
-                .get(&tenant_id)
-                .and_then(|t| t.by_user.get(user_id))
-                .cloned()
-                .unwrap_or_default();
+            let ids = user_conns(s, tenant_id, user_id);
             for id in ids {
                 let Some(conn) = s.conns.get_mut(&id) else {
                     continue;
@@ -434,12 +429,7 @@ impl Hub {
     /// Closes every connection of the user with `reason`.
     pub fn close_user(&self, tenant_id: Uuid, user_id: &str, reason: CloseReason) {
         self.with_state(|s| {
-            let ids = s
-                .tenants
-                .get(&tenant_id)
-                .and_then(|t| t.by_user.get(user_id))
-                .cloned()
-                .unwrap_or_default();
+            let ids = user_conns(s, tenant_id, user_id);
             for id in ids {
                 close_conn(s, id, reason);
             }
@@ -459,12 +449,7 @@ impl Hub {
 
     fn to_user(&self, tenant_id: Uuid, user_id: &str, message: impl Fn(&Conn) -> Option<Outgoing>) {
         self.with_state(|s| {
-            let ids = s
-                .tenants
-                .get(&tenant_id)
-                .and_then(|t| t.by_user.get(user_id))
-                .cloned()
-                .unwrap_or_default();
+            let ids = user_conns(s, tenant_id, user_id);
             let mut slow = Vec::new();
             for id in ids {
                 let Some(conn) = s.conns.get(&id) else {
@@ -481,6 +466,15 @@ impl Hub {
             }
         })
     }
+}
+
+/// The user's connections, oldest first (a copy: callers close some of them).
+fn user_conns(s: &HubState, tenant_id: Uuid, user_id: &str) -> Vec<ConnId> {
+    s.tenants
+        .get(&tenant_id)
+        .and_then(|t| t.by_user.get(user_id))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Records why, then unregisters: dropping the sender ends the connection's
