@@ -254,21 +254,30 @@ pub(super) async fn rows_per_recipient(
     Ok(rows)
 }
 
+/// The messages of the two refusals, shared by [`CreateError`] and
+/// [`SubmitError`].
+const ENTITY_BUSY: &str =
+    "another alert of this event type and entity is being written; retry shortly";
+
+fn too_large(rows: u64, max: u64) -> String {
+    format!(
+        "this alert would write up to {rows} deliveries, more than the {max} \
+         TIDINGS_ALERT_MAX_DELIVERIES allows (recipients or team members × channels, \
+         one per webhook endpoint)"
+    )
+}
+
 /// Why an alert was not created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
     /// Another alert of the same (event type, entity) held the entity's lock
     /// for longer than `lock_timeout`. The transaction is aborted: nothing
     /// was written.
-    #[error("another alert of this event type and entity is being written; retry shortly")]
+    #[error("{ENTITY_BUSY}")]
     EntityBusy(#[source] sqlx::Error),
     /// The alert would write more delivery rows than one alert may; nothing
     /// was written.
-    #[error(
-        "this alert would write up to {rows} deliveries, more than the {max} \
-         TIDINGS_ALERT_MAX_DELIVERIES allows (recipients or team members × channels, \
-         one per webhook endpoint)"
-    )]
+    #[error("{}", too_large(*rows, *max))]
     TooLarge { rows: u64, max: u64 },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
@@ -402,14 +411,10 @@ pub enum SubmitError {
     #[error(transparent)]
     Idempotency(#[from] IdempotencyError),
     /// See [`CreateError::EntityBusy`]; the Idempotency-Key's lease was released.
-    #[error("another alert of this event type and entity is being written; retry shortly")]
+    #[error("{ENTITY_BUSY}")]
     EntityBusy,
     /// See [`CreateError::TooLarge`]; the Idempotency-Key's lease was released.
-    #[error(
-        "this alert would write up to {rows} deliveries, more than the {max} \
-         TIDINGS_ALERT_MAX_DELIVERIES allows (recipients or team members × channels, \
-         one per webhook endpoint)"
-    )]
+    #[error("{}", too_large(*rows, *max))]
     TooLarge { rows: u64, max: u64 },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
