@@ -20,7 +20,10 @@ use std::{sync::Arc, time::Duration};
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use poem::{PathPattern, Request};
+use poem::{
+    web::headers::{authorization::Bearer as AuthBearer, Authorization, HeaderMapExt},
+    PathPattern, Request,
+};
 use poem_openapi::{
     auth::{ApiKey, Bearer},
     SecurityScheme,
@@ -91,6 +94,7 @@ impl StreamAuth {
 pub struct AdminAuth(pub ());
 
 /// What a bearer string turned out to be.
+#[derive(Clone)]
 enum Credential {
     ApiKey(TenantCtx),
     UserToken(UserCtx),
@@ -124,9 +128,65 @@ async fn admit(
         .map_err(ApiError::from)
 }
 
+/// A bearer credential identified before routing, kept on the request so its
+/// checker does not verify it a second time.
+#[derive(Clone)]
+struct Identified {
+    token: String,
+    credential: Credential,
+}
+
+/// Draws on the rate buckets of a request whose credential comes in the
+/// `Authorization` header, before its body is read or its route matched
+/// (`api::admission`): a request over its tenant's rate is refused having
+/// cost a cached credential check and a bucket, never a body read or a parse.
+/// The class comes from the path, which for every metered route is its
+/// template (their only parameter-free prefixes decide). A credential that
+/// does not identify, the admin token and stream tickets are left to their
+/// checkers. The buckets are drawn once: the checker's `admit` takes only the
+/// pool share then.
+pub async fn admit_before_body(req: &mut Request, state: &AppState) -> Result<(), ApiError> {
+    let Some(bearer) = req.headers().typed_get::<Authorization<AuthBearer>>() else {
+        return Ok(());
+    };
+    let token = bearer.token().to_owned();
+    let Ok(credential) = identify(state, &token).await else {
+        return Ok(());
+    };
+    let (tenant_id, user) = match &credential {
+        Credential::ApiKey(tenant) => (tenant.tenant_id, None),
+        Credential::UserToken(user) => (user.tenant_id, Some(user.user_id.clone())),
+        Credential::Admin => return Ok(()),
+    };
+    let class = RequestClass::of(req.method().as_str(), req.uri().path(), user.is_some());
+    req.set_data(Identified { token, credential });
+    state
+        .limits
+        .take_tokens(
+            &state.pool,
+            tenant_id,
+            user.as_ref().map(UserId::as_str),
+            class,
+        )
+        .await
+        .map_err(ApiError::from)
+}
+
+/// `identify`, or what `admit_before_body` found for the same token.
+async fn identify_once(
+    req: &Request,
+    state: &AppState,
+    token: &str,
+) -> Result<Credential, ApiError> {
+    match req.data::<Identified>() {
+        Some(known) if known.token == token => Ok(known.credential.clone()),
+        _ => identify(state, token).await,
+    }
+}
+
 async fn check_api_key(req: &Request, bearer: Bearer) -> poem::Result<TenantCtx> {
     let state = state_of(req)?;
-    match identify(state, &bearer.token).await? {
+    match identify_once(req, state, &bearer.token).await? {
         Credential::ApiKey(tenant) => {
             admit(req, state, tenant.tenant_id, None).await?;
             Ok(tenant)
@@ -143,7 +203,7 @@ async fn check_api_key(req: &Request, bearer: Bearer) -> poem::Result<TenantCtx>
 
 async fn check_user_token(req: &Request, bearer: Bearer) -> poem::Result<UserCtx> {
     let state = state_of(req)?;
-    match identify(state, &bearer.token).await? {
+    match identify_once(req, state, &bearer.token).await? {
         Credential::UserToken(user) => {
             admit(req, state, user.tenant_id, Some(&user.user_id)).await?;
             Ok(user)
@@ -167,7 +227,7 @@ async fn check_stream_ticket(req: &Request, key: ApiKey) -> poem::Result<UserCtx
 }
 
 async fn check_admin_token(req: &Request, bearer: Bearer) -> poem::Result<()> {
-    match identify(state_of(req)?, &bearer.token).await? {
+    match identify_once(req, state_of(req)?, &bearer.token).await? {
         Credential::Admin => Ok(()),
         _ => Err(ApiError::forbidden("this endpoint takes the admin token").into()),
     }

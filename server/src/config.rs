@@ -35,6 +35,9 @@ pub mod defaults {
     pub const RATE_STREAMS_BURST: u32 = 200;
     pub const RATE_USER_STREAMS_PER_SEC: f64 = 1.0;
     pub const RATE_USER_STREAMS_BURST: u32 = 10;
+    pub const RATE_REFUSAL_HOLD_MS: u64 = 1_000;
+    pub const RATE_REFUSAL_HOLD_MAX_MS: u64 = 60_000;
+    pub const RATE_REFUSALS_HELD_PER_TENANT: usize = 100;
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     pub const SHUTDOWN_GRACE_SECS: u64 = 10;
@@ -714,6 +717,11 @@ impl Rate {
 /// read; a reconnect storm after a deploy is what the burst absorbs. Half of
 /// the pool per tenant leaves the other half to everybody else however busy
 /// one tenant is, while one tenant alone still gets half the database.
+/// A refusal is held up to a second (what `Retry-After` says at the least),
+/// so a client that retries at once sends one request per connection per
+/// second, not thousands; at most 100 per tenant at once (1 % of the
+/// connection cap, `HttpConfig`), so held refusals of one tenant cannot fill
+/// the connections others need.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LimitsConfig {
     /// Enforce the rate limits below (`false`: none, e.g. for a benchmark of
@@ -759,6 +767,16 @@ pub struct LimitsConfig {
     /// pool's acquire timeout (5 s), then get 503.
     #[arg(long, env = "TIDINGS_DB_TENANT_SHARE_PERCENT", default_value_t = defaults::DB_TENANT_SHARE_PERCENT)]
     pub db_tenant_share_percent: u32,
+    /// Longest pause, in milliseconds, before a request over a rate limit is
+    /// answered 429 (the pause is its `Retry-After`, capped by this; 0: answer
+    /// at once). A client that retries at once is slowed to one request per
+    /// connection per pause. At most 60,000.
+    #[arg(long, env = "TIDINGS_RATE_REFUSAL_HOLD_MS", default_value_t = defaults::RATE_REFUSAL_HOLD_MS)]
+    pub rate_refusal_hold_ms: u64,
+    /// Refusals of one tenant held at once (each holds its connection); more
+    /// are answered at once.
+    #[arg(long, env = "TIDINGS_RATE_REFUSALS_HELD_PER_TENANT", default_value_t = defaults::RATE_REFUSALS_HELD_PER_TENANT)]
+    pub rate_refusals_held_per_tenant: usize,
 }
 
 impl Default for LimitsConfig {
@@ -776,6 +794,8 @@ impl Default for LimitsConfig {
             rate_user_streams_per_sec: defaults::RATE_USER_STREAMS_PER_SEC,
             rate_user_streams_burst: defaults::RATE_USER_STREAMS_BURST,
             db_tenant_share_percent: defaults::DB_TENANT_SHARE_PERCENT,
+            rate_refusal_hold_ms: defaults::RATE_REFUSAL_HOLD_MS,
+            rate_refusals_held_per_tenant: defaults::RATE_REFUSALS_HELD_PER_TENANT,
         }
     }
 }
@@ -795,6 +815,15 @@ impl LimitsConfig {
         anyhow::ensure!(
             (1..=100).contains(&self.db_tenant_share_percent),
             "TIDINGS_DB_TENANT_SHARE_PERCENT must be within 1..=100"
+        );
+        anyhow::ensure!(
+            self.rate_refusal_hold_ms <= defaults::RATE_REFUSAL_HOLD_MAX_MS,
+            "TIDINGS_RATE_REFUSAL_HOLD_MS must be at most {}",
+            defaults::RATE_REFUSAL_HOLD_MAX_MS
+        );
+        anyhow::ensure!(
+            self.rate_refusals_held_per_tenant >= 1,
+            "TIDINGS_RATE_REFUSALS_HELD_PER_TENANT must be at least 1"
         );
         let rates = self.rates();
         for (name, rate) in [
@@ -821,6 +850,11 @@ impl LimitsConfig {
             streams: rate(self.rate_streams_per_sec, self.rate_streams_burst),
             user_streams: rate(self.rate_user_streams_per_sec, self.rate_user_streams_burst),
         }
+    }
+
+    /// The longest pause before a refusal is answered.
+    pub fn refusal_hold(&self) -> Duration {
+        Duration::from_millis(self.rate_refusal_hold_ms)
     }
 
     /// Connections one tenant may hold at once, of a pool of `pool_size`:

@@ -374,7 +374,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 /// Whole seconds to wait, rounded up: a client that waits this long finds
 /// what it waited for.
-fn ceil_secs(wait: std::time::Duration) -> u64 {
+pub(crate) fn ceil_secs(wait: std::time::Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 

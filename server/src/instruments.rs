@@ -285,6 +285,27 @@ pub fn limit_refused(limit: &'static str) {
     counter!("tidings_limit_refusals_total", "limit" => limit).increment(1);
 }
 
+/// A refusal held before it is answered (`limits::Limits::hold_refusal`).
+#[must_use = "the refusal counts as held while the guard lives"]
+pub struct RefusalHeldGuard(());
+
+pub fn refusal_held() -> RefusalHeldGuard {
+    gauge!("tidings_limit_refusals_held").increment(1.0);
+    RefusalHeldGuard(())
+}
+
+impl Drop for RefusalHeldGuard {
+    fn drop(&mut self) {
+        gauge!("tidings_limit_refusals_held").decrement(1.0);
+    }
+}
+
+/// A refusal answered at once because its tenant's held refusals were at
+/// their cap.
+pub fn refusal_not_held() {
+    counter!("tidings_limit_refusals_unheld_total").increment(1);
+}
+
 pub fn gauge_sample_failed() {
     counter!("tidings_gauge_sample_failures_total").increment(1);
 }

@@ -164,6 +164,140 @@ async fn stream_connects_have_their_own_bucket_and_a_refused_ticket_is_429_not_4
     f.app.user(&ann).feed("").expect(200).await;
 }
 
+/// The value of metric `series` (name and labels) in the server's `/metrics`.
+async fn metric(app: &TestApp, series: &str) -> Option<f64> {
+    let text = app.raw(Method::GET, "/metrics").reply(200).await.text;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn a_refused_request_is_answered_only_after_a_pause() {
+    let f = TenantFixture::spawn_with(limited(&[
+        ("TIDINGS_RATE_WRITES_PER_SEC", "0.01"),
+        ("TIDINGS_RATE_WRITES_BURST", "1"),
+        ("TIDINGS_RATE_REFUSAL_HOLD_MS", "1500"),
+    ]))
+    .await;
+    f.api().create_event(&event("team")).expect(201).await;
+    // Retry-After is 100 s here: the pause is the configured cap.
+    let asked = std::time::Instant::now();
+    let refused = f.api().create_event(&event("team")).reply(429).await;
+    assert!(
+        asked.elapsed() >= Duration::from_millis(1500),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    assert_limited(&refused, "writes", 1);
+}
+
+#[tokio::test]
+async fn held_refusals_are_bounded_per_tenant_and_another_tenant_is_answered_meanwhile() {
+    // Held for a minute: the held requests stay pending for the whole test.
+    let f = Arc::new(
+        TenantFixture::spawn_with(limited(&[
+            ("TIDINGS_RATE_WRITES_PER_SEC", "0.01"),
+            ("TIDINGS_RATE_WRITES_BURST", "1"),
+            ("TIDINGS_RATE_REFUSAL_HOLD_MS", "60000"),
+            ("TIDINGS_RATE_REFUSALS_HELD_PER_TENANT", "2"),
+        ]))
+        .await,
+    );
+    f.api().create_event(&event("team")).expect(201).await;
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let f = f.clone();
+            tokio::spawn(async move { f.api().create_event(&event("team")).reply(429).await })
+        })
+        .collect();
+    let both_held = tidings_tests::eventually(Duration::from_secs(30), || async {
+        metric(&f.app, "tidings_limit_refusals_held").await == Some(2.0)
+    })
+    .await;
+    assert!(both_held, "two refusals are held");
+
+    // A third refusal of the same tenant is over its held cap: answered at
+    // once, while the two held ones are still waiting.
+    let at_once = f.api().create_alert(&alert("inv-1")).reply(429).await;
+    assert_limited(&at_once, "writes", 1);
+    assert_eq!(
+        metric(&f.app, "tidings_limit_refusals_unheld_total").await,
+        Some(1.0)
+    );
+    // Another tenant is served, and its own refusal is held apart from A's.
+    let other = f.app.create_tenant().await;
+    f.app
+        .tenant(&other)
+        .create_event(&event("team"))
+        .expect(201)
+        .await;
+    let other_refused = {
+        let app_tenant = other.clone();
+        let f = f.clone();
+        tokio::spawn(async move {
+            f.app
+                .tenant(&app_tenant)
+                .create_event(&event("team"))
+                .reply(429)
+                .await
+        })
+    };
+    let three_held = tidings_tests::eventually(Duration::from_secs(30), || async {
+        metric(&f.app, "tidings_limit_refusals_held").await == Some(3.0)
+    })
+    .await;
+    assert!(three_held, "B's refusal is held though A's cap is reached");
+    // Reads and unmetered requests of either tenant are answered meanwhile.
+    let token = f.app.user_token(&other, "bea").await;
+    f.app.user(&token).feed("").expect(200).await;
+    f.api().get_user("nobody").problem(404).await;
+    assert!(
+        held.iter().all(|h| !h.is_finished()) && !other_refused.is_finished(),
+        "the held refusals are still waiting"
+    );
+    for h in held {
+        h.abort();
+    }
+    other_refused.abort();
+}
+
+#[tokio::test]
+async fn a_refused_request_is_answered_without_its_body_being_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A body that never arrives would be waited for up to the body timeout
+    // (then 408) if it were read before the refusal.
+    let f = TenantFixture::spawn_with(limited(&[
+        ("TIDINGS_RATE_WRITES_PER_SEC", "0.01"),
+        ("TIDINGS_RATE_WRITES_BURST", "1"),
+        ("TIDINGS_HTTP_BODY_TIMEOUT_SECS", "600"),
+    ]))
+    .await;
+    f.api().create_event(&event("team")).expect(201).await;
+    let addr = f
+        .app
+        .base_url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"team_id\":",
+        f.tenant.api_key
+    );
+    socket.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = vec![0u8; 12];
+    tokio::time::timeout(Duration::from_secs(120), socket.read_exact(&mut answer))
+        .await
+        .expect("answered before the body arrived")
+        .expect("an answer");
+    assert_eq!(String::from_utf8_lossy(&answer), "HTTP/1.1 429");
+    // The tenant's admitted writes still read their bodies.
+    assert_eq!(sql::count_for(&f.pool, Rows::Events, &f.tenant).await, 1);
+}
+
 #[tokio::test]
 async fn an_operator_sets_a_tenants_own_rates_and_can_return_it_to_the_defaults() {
     let f = TenantFixture::spawn_with(limited(&[

@@ -1,16 +1,27 @@
-//! Around every API request: the slot in which the credential check keeps
-//! what the request was admitted with (`crate::limits`), held until the
-//! handler has answered, and the `RateLimit` / `RateLimit-Policy` headers of
-//! the buckets it drew on, on whatever it answered.
+//! Around every API request, before its body is read: the slot in which the
+//! credential check keeps what the request was admitted with
+//! (`crate::limits`), held until the handler has answered; the rate buckets
+//! of a credential sent in a header, drawn before anything else
+//! (`auth::admit_before_body`), so a request over its rate is refused
+//! without reading its body; the pause before a refusal is answered
+//! (`limits::Limits::hold_refusal`); and the `RateLimit` /
+//! `RateLimit-Policy` headers of the buckets a request drew on, on whatever
+//! it answered.
 
 use poem::{
     http::HeaderValue, Endpoint, IntoResponse, Middleware, PathPattern, Request, Response, Result,
 };
 
 use crate::{
+    auth,
     error::{problem_from_poem_error, ratelimit_headers, ApiError},
     limits,
+    state::AppState,
 };
+
+/// The route label (`observe`) of a request refused before its route was
+/// matched: one series for all of them, whatever their paths.
+const REFUSED_BEFORE_ROUTING: &str = "(refused before routing)";
 
 pub struct Admission;
 
@@ -29,8 +40,15 @@ pub struct AdmissionEndpoint<E> {
 impl<E: Endpoint> Endpoint for AdmissionEndpoint<E> {
     type Output = Response;
 
-    async fn call(&self, req: Request) -> Result<Self::Output> {
-        let (answer, held) = limits::hold_during(self.inner.call(req)).await;
+    async fn call(&self, mut req: Request) -> Result<Self::Output> {
+        let state = req.data::<AppState>().cloned();
+        let (answer, held) = limits::hold_during(async {
+            if let Some(state) = &state {
+                auth::admit_before_body(&mut req, state).await?;
+            }
+            self.inner.call(req).await
+        })
+        .await;
         let mut resp = match answer {
             Ok(resp) => resp.into_response(),
             // A refusal answers, whatever error a later scheme of a choice
@@ -42,8 +60,12 @@ impl<E: Endpoint> Endpoint for AdmissionEndpoint<E> {
                     None => problem_from_poem_error(err).await,
                 };
                 // The request's metrics label (`observe`) comes from here.
-                if let Some(route) = route {
-                    resp.set_data(route);
+                match route {
+                    Some(route) => resp.set_data(route),
+                    None if held.refused.is_some() => {
+                        resp.set_data(PathPattern(REFUSED_BEFORE_ROUTING.into()))
+                    }
+                    None => {}
                 }
                 resp
             }
@@ -52,6 +74,9 @@ impl<E: Endpoint> Endpoint for AdmissionEndpoint<E> {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 resp.headers_mut().insert(name, value);
             }
+        }
+        if let Some(state) = &state {
+            state.limits.hold_refusal(&held).await;
         }
         // `held` (and so the pool-share permit) goes here, after the answer.
         Ok(resp)

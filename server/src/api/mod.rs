@@ -174,12 +174,14 @@ pub fn routes(state: &AppState) -> impl Endpoint {
             poem::endpoint::make_sync(move |_| poem::web::Html(docs.clone())),
         )
         .nest("/", api)
-        .with(admission::Admission)
         .with(input_guard::InputGuard)
         .with(body_limit::BodyLimit {
             max_bytes: state.settings.max_body_bytes,
             timeout: state.settings.body_timeout,
         })
+        // Outside the body's reading: a request over its rate is refused
+        // before its body is read.
+        .with(admission::Admission)
         .data(state.clone())
         .with(observe::Observe)
         // Outermost, so problem bodies carry the CORS headers too.

@@ -12,6 +12,14 @@
 //!   number of instances.
 //! - **Pool share** ([`share`]): a request holds one of its tenant's permits
 //!   until its handler has answered.
+//! - **Held refusals** ([`Limits::hold_refusal`]): a request a bucket refused
+//!   is answered only after a pause, at most a bounded number per tenant at
+//!   once, so a client that retries at once cannot turn refusals into a flood
+//!   of round trips.
+//!
+//! Buckets are drawn on as early as the credential is known: before the body
+//! is read when it comes in a header (`auth::admit_before_body`), else by the
+//! credential's checker; a request draws on them once ([`Limits::take_tokens`]).
 //!
 //! What a request was admitted with (its permit, the buckets' states for the
 //! `RateLimit` headers) is kept in a task-local slot ([`hold_during`]) that the
@@ -198,12 +206,24 @@ struct BucketKey {
     burst: u32,
 }
 
+/// Whose buckets a request has drawn on, and as which class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Drawn {
+    tenant: Uuid,
+    user: Option<String>,
+    class: RequestClass,
+}
+
 pub struct Limits {
     enabled: bool,
     defaults: RateDefaults,
     overrides: moka::future::Cache<Uuid, Arc<TenantRates>>,
     buckets: moka::future::Cache<BucketKey, Option<Arc<Bucket>>>,
     shares: Shares,
+    /// The longest pause before a refusal is answered (zero: none).
+    refusal_hold: Duration,
+    /// Refusals held at once, per tenant (the permits never wait).
+    held_refusals: Shares,
 }
 
 impl Limits {
@@ -223,6 +243,8 @@ impl Limits {
                 config.tenant_share(pool_size),
                 crate::config::defaults::DB_ACQUIRE_TIMEOUT,
             ),
+            refusal_hold: config.refusal_hold(),
+            held_refusals: Shares::new(config.rate_refusals_held_per_tenant, Duration::ZERO),
         }
     }
 
@@ -242,9 +264,10 @@ impl Limits {
     }
 
     /// Admits one request of `tenant` (and `user`, for user tokens) of
-    /// `class`: takes a token from each of its buckets, then a permit of the
-    /// tenant's pool share, and keeps both in the request's slot. A refusal
-    /// is recorded there too (see [`Held::refused`]).
+    /// `class`: takes a token from each of its buckets (unless the request
+    /// already has, [`Limits::take_tokens`]), then a permit of the tenant's
+    /// pool share, and keeps both in the request's slot. A refusal is
+    /// recorded there too (see [`Held::refused`]).
     pub async fn admit(
         &self,
         pool: &PgPool,
@@ -252,61 +275,99 @@ impl Limits {
         user: Option<&str>,
         class: RequestClass,
     ) -> Result<(), AdmitError> {
-        let result = self.admit_inner(pool, tenant, user, class).await;
-        if let Err(AdmitError::Refused(refusal)) = &result {
-            crate::instruments::limit_refused(refusal_label(refusal));
-            with_held(|held| held.refused = Some(refusal.clone()));
-        }
-        result
+        self.take_tokens(pool, tenant, user, class).await?;
+        let permit = self.shares.acquire(tenant).await.ok_or_else(|| {
+            refused(Refusal::ShareBusy {
+                retry_after: Duration::from_secs(1),
+            })
+        })?;
+        with_held(move |held| held.permit = Some(permit));
+        Ok(())
     }
 
-    async fn admit_inner(
+    /// Takes a token from each bucket of a request of `class`, once per
+    /// request: a second call for the same tenant, user and class (the
+    /// credential's checker after `auth::admit_before_body`) takes nothing.
+    /// The buckets' states are kept in the request's slot for the headers; a
+    /// refusal is recorded there too.
+    pub async fn take_tokens(
         &self,
         pool: &PgPool,
         tenant: Uuid,
         user: Option<&str>,
         class: RequestClass,
     ) -> Result<(), AdmitError> {
-        if self.enabled && class != RequestClass::Unmetered {
-            let own = self.tenant_rates(pool, tenant).await?;
-            let mut quotas = Vec::new();
-            for &kind in class.buckets() {
-                let rate = self.effective(&own, kind);
-                let key = BucketKey {
-                    kind,
-                    tenant,
-                    user: kind.per_user().then(|| user.unwrap_or_default().to_owned()),
-                    per_second_bits: rate.per_second.to_bits(),
-                    burst: rate.burst,
-                };
-                // `None`: an unlimited rate.
-                let Some(bucket) = self
-                    .buckets
-                    .get_with(key, async move { Bucket::new(rate).map(Arc::new) })
-                    .await
-                else {
-                    continue;
-                };
-                let taken = bucket.take();
-                quotas.push(Quota { kind, rate, taken });
-                if !taken.allowed {
-                    return Err(AdmitError::Refused(Refusal::Limited {
-                        retry_after: taken.wait,
-                        quotas,
-                    }));
-                }
-            }
-            with_held(|held| held.quotas = quotas);
+        if !self.enabled || class == RequestClass::Unmetered {
+            return Ok(());
         }
-        let permit = self
-            .shares
-            .acquire(tenant)
-            .await
-            .ok_or(AdmitError::Refused(Refusal::ShareBusy {
-                retry_after: Duration::from_secs(1),
-            }))?;
-        with_held(move |held| held.permit = Some(permit));
+        let drawn = Drawn {
+            tenant,
+            user: user.map(str::to_owned),
+            class,
+        };
+        let mut already = false;
+        // After a refusal nothing was admitted: a second call draws again.
+        with_held(|held| already = held.refused.is_none() && held.drawn.as_ref() == Some(&drawn));
+        if already {
+            return Ok(());
+        }
+        with_held(|held| held.drawn = Some(drawn));
+        let own = self.tenant_rates(pool, tenant).await?;
+        let mut quotas = Vec::new();
+        for &kind in class.buckets() {
+            let rate = self.effective(&own, kind);
+            let key = BucketKey {
+                kind,
+                tenant,
+                user: kind.per_user().then(|| user.unwrap_or_default().to_owned()),
+                per_second_bits: rate.per_second.to_bits(),
+                burst: rate.burst,
+            };
+            // `None`: an unlimited rate.
+            let Some(bucket) = self
+                .buckets
+                .get_with(key, async move { Bucket::new(rate).map(Arc::new) })
+                .await
+            else {
+                continue;
+            };
+            let taken = bucket.take();
+            quotas.push(Quota { kind, rate, taken });
+            if !taken.allowed {
+                return Err(refused(Refusal::Limited {
+                    retry_after: taken.wait,
+                    quotas,
+                }));
+            }
+        }
+        with_held(|held| held.quotas = quotas);
         Ok(())
+    }
+
+    /// Pauses before a request's refusal is answered: for its `Retry-After`
+    /// (whole seconds, so at least one), at most the configured hold, when
+    /// one of its tenant's held-refusal permits is free; otherwise, and for
+    /// anything but an empty bucket, at once. A client that retries as soon
+    /// as it is answered then sends one request per connection per pause,
+    /// and one tenant holds at most its permits' worth of connections.
+    /// Returns whether the answer was held.
+    pub async fn hold_refusal(&self, held: &Held) -> bool {
+        let (Some(Refusal::Limited { retry_after, .. }), Some(drawn)) =
+            (&held.refused, &held.drawn)
+        else {
+            return false;
+        };
+        let pause = retry_after_secs(*retry_after).min(self.refusal_hold);
+        if pause.is_zero() {
+            return false;
+        }
+        let Some(_permit) = self.held_refusals.try_acquire(drawn.tenant) else {
+            crate::instruments::refusal_not_held();
+            return false;
+        };
+        let _held = crate::instruments::refusal_held();
+        tokio::time::sleep(pause).await;
+        true
     }
 
     /// A tenant's own rates, cached for [`OVERRIDE_TTL`].
@@ -383,6 +444,21 @@ fn tenant_rates_of(rows: Vec<RateRow>) -> TenantRates {
     }))
 }
 
+/// Records a refusal (the metric and the request's slot) and returns it.
+fn refused(refusal: Refusal) -> AdmitError {
+    crate::instruments::limit_refused(refusal_label(&refusal));
+    with_held(|held| {
+        held.refused.get_or_insert_with(|| refusal.clone());
+    });
+    AdmitError::Refused(refusal)
+}
+
+/// The wait a refusal's `Retry-After` announces: whole seconds, rounded up,
+/// at least one (what `ApiError::RateLimited` sends).
+pub fn retry_after_secs(wait: Duration) -> Duration {
+    Duration::from_secs(crate::error::ceil_secs(wait).max(1))
+}
+
 fn refusal_label(refusal: &Refusal) -> &'static str {
     match refusal {
         Refusal::Limited { quotas, .. } => quotas
@@ -403,6 +479,8 @@ pub struct Held {
     /// one's error, which would turn a 429 into a 401: the middleware answers
     /// with this instead.
     pub refused: Option<Refusal>,
+    /// Whose buckets the request drew on (once per request).
+    drawn: Option<Drawn>,
     permit: Option<SharePermit>,
 }
 

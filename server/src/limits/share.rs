@@ -1,7 +1,11 @@
-//! Each tenant's share of the database pool: a semaphore per tenant with
-//! `share` permits. A request of a tenant holds one permit while its handler
-//! runs, so one tenant's burst waits behind its own requests and leaves the
-//! rest of the pool to everybody else.
+//! A bounded share per tenant: a semaphore per tenant with `per_tenant`
+//! permits. Two things are shared out this way (`super::Limits`):
+//! - the database pool: a request of a tenant holds one permit while its
+//!   handler runs, so one tenant's burst waits behind its own requests and
+//!   leaves the rest of the pool to everybody else;
+//! - held refusals: a refusal held before it is answered takes one permit
+//!   without waiting ([`Shares::try_acquire`]), so one tenant's held refusals
+//!   cannot take every connection.
 
 use std::{
     collections::HashMap,
@@ -65,6 +69,20 @@ impl Shares {
         held.permit.is_some().then_some(held)
     }
 
+    /// A permit of `tenant`'s share if one is free now; never waits.
+    pub fn try_acquire(&self, tenant: Uuid) -> Option<SharePermit> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        let semaphore = tenants
+            .entry(tenant)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant)));
+        let permit = semaphore.clone().try_acquire_owned().ok()?;
+        Some(SharePermit {
+            tenant,
+            permit: Some(permit),
+            tenants: self.tenants.clone(),
+        })
+    }
+
     /// Tenants with an entry (for tests: entries do not pile up).
     #[cfg(test)]
     fn tenants(&self) -> usize {
@@ -102,5 +120,18 @@ mod tests {
         let third = shares.acquire(a).await.expect("a's freed permit");
         drop((second, third, other));
         assert_eq!(shares.tenants(), 0, "entries go with their last permit");
+    }
+
+    #[test]
+    fn try_acquire_takes_a_free_permit_or_none_and_leaves_no_entry_behind() {
+        let shares = Shares::new(1, Duration::from_secs(60));
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let held = shares.try_acquire(a).expect("a's one permit");
+        assert!(shares.try_acquire(a).is_none(), "a's share is used up");
+        let other = shares.try_acquire(b).expect("b has its own");
+        drop((held, other));
+        assert_eq!(shares.tenants(), 0, "entries go with their last permit");
+        assert!(shares.try_acquire(a).is_some(), "a's freed permit");
+        assert_eq!(shares.tenants(), 0);
     }
 }
