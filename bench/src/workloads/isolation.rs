@@ -7,7 +7,9 @@
 //! (aim: none).
 //!
 //! The flood runs against a server of its own with the production defaults
-//! (rate limits on); on the same server with tenant A held to its own limits
+//! (rate limits on), first from clients that answer a 429 with their next
+//! request at once (oha), then from clients that wait as long as its
+//! `Retry-After` says, as well-behaved SDKs do; on the same server with tenant A held to its own limits
 //! of 50 writes and 50 reads per second (set through the admin API, as an
 //! operator would for a tenant on a small plan); and against the bench's main
 //! server, which runs with rate limits off, so only the pool share and the
@@ -142,14 +144,36 @@ async fn b_reads(ctx: &Ctx, req: &HttpRequest) -> anyhow::Result<Measure> {
     ctx.tools.oha(req, load, b_window(ctx)).await
 }
 
+/// How A's clients answer a refusal.
+#[derive(Clone, Copy, PartialEq)]
+enum Retries {
+    /// With the next request at once (oha's closed loop).
+    AtOnce,
+    /// After the `Retry-After` the refusal carries.
+    HonourRetryAfter,
+}
+
 /// B's steady reads while A floods: the floods start first and end after B's
 /// measurement, so all of it runs under the flood. Returns (B, A's three).
-async fn under_flood(ctx: &Ctx, r: &Requests) -> anyhow::Result<(Measure, Vec<Measure>)> {
+async fn under_flood(
+    ctx: &Ctx,
+    r: &Requests,
+    retries: Retries,
+) -> anyhow::Result<(Measure, Vec<Measure>)> {
     let flood_for = b_window(ctx) + Duration::from_secs(2);
-    let max = Load::Max {
-        connections: ctx.tier.connections,
+    let connections = ctx.tier.connections;
+    let flood = |req| async move {
+        match retries {
+            Retries::AtOnce => {
+                ctx.tools
+                    .oha(req, Load::Max { connections }, flood_for)
+                    .await
+            }
+            Retries::HonourRetryAfter => {
+                flood_honouring_retry_after(&ctx.http, req, connections, flood_for).await
+            }
+        }
     };
-    let flood = |req| ctx.tools.oha(req, max, flood_for);
     let b = async {
         tokio::time::sleep(Duration::from_millis(700)).await;
         b_reads(ctx, &r.b_feed).await
@@ -157,6 +181,94 @@ async fn under_flood(ctx: &Ctx, r: &Requests) -> anyhow::Result<(Measure, Vec<Me
     let (alerts, events, feed, b) =
         tokio::join!(flood(&r.a_alerts), flood(&r.a_events), flood(&r.a_feed), b);
     Ok((b?, vec![alerts?, events?, feed?]))
+}
+
+/// A closed loop of `connections` clients that each wait out a refusal's
+/// `Retry-After` (429, 503, 409) before their next request, for `duration`.
+/// Bodies are taken from the request's lines in turn. Latencies are not
+/// measured: only A's answered and refused rates are of interest.
+async fn flood_honouring_retry_after(
+    http: &reqwest::Client,
+    req: &HttpRequest,
+    connections: u32,
+    duration: Duration,
+) -> anyhow::Result<Measure> {
+    let bodies: Vec<String> = match &req.body_lines {
+        Some(path) => std::fs::read_to_string(path)?
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        None => vec![],
+    };
+    let bodies = std::sync::Arc::new(bodies);
+    let method = reqwest::Method::from_bytes(req.method.as_bytes())?;
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..connections as usize {
+        let (http, method, bodies, req) =
+            (http.clone(), method.clone(), bodies.clone(), req.clone());
+        clients.spawn(async move {
+            let (mut ok, mut refused) = (0u64, 0u64);
+            let mut n = i;
+            while Instant::now() < deadline {
+                let mut call = http.request(method.clone(), &req.url);
+                for (k, v) in &req.headers {
+                    call = call.header(k, v);
+                }
+                if !bodies.is_empty() {
+                    call = call
+                        .header("content-type", "application/json")
+                        .body(bodies[n % bodies.len()].clone());
+                    n += connections as usize;
+                }
+                let wait = match call.send().await {
+                    Ok(resp) => {
+                        let retry_after = resp
+                            .headers()
+                            .get("retry-after")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .map(Duration::from_secs);
+                        let success = resp.status().is_success();
+                        let _ = resp.bytes().await;
+                        if success {
+                            ok += 1;
+                            None
+                        } else {
+                            refused += 1;
+                            retry_after
+                        }
+                    }
+                    Err(_) => {
+                        refused += 1;
+                        Some(Duration::from_millis(100))
+                    }
+                };
+                if let Some(wait) = wait {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(wait.min(left)).await;
+                }
+            }
+            (ok, refused)
+        });
+    }
+    let runs = clients.join_all().await;
+    let seconds = started.elapsed().as_secs_f64();
+    let ok: u64 = runs.iter().map(|(ok, _)| ok).sum();
+    let refused: u64 = runs.iter().map(|(_, refused)| refused).sum();
+    Ok(Measure {
+        tool: "reqwest, honouring Retry-After",
+        requests_per_sec: ok as f64 / seconds,
+        requests: ok as f64,
+        errors: refused as f64,
+        mean_ms: None,
+        p50_ms: None,
+        p99_ms: None,
+        p999_ms: None,
+        seconds,
+    })
 }
 
 /// Sets a bench tenant's own rate limits through the admin API.
@@ -189,15 +301,19 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
     let on_limited = requests(ctx, limited).await?;
     let on_main = requests(ctx, &ctx.server).await?;
 
-    let (mut quiet, mut flood, mut flood_capped, mut flood_unlimited) =
+    let (mut quiet, mut flood, mut flood_polite, mut flood_capped, mut flood_unlimited) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut a_limited, mut a_polite, mut a_capped, mut a_unlimited) =
         (vec![], vec![], vec![], vec![]);
-    let (mut a_limited, mut a_capped, mut a_unlimited) = (vec![], vec![], vec![]);
     for rep in 0..ctx.tier.reps {
         eprintln!("  isolation rep {}/{}", rep + 1, ctx.tier.reps);
         quiet.push(b_reads(ctx, &on_limited.b_feed).await?);
-        let (b, a) = under_flood(ctx, &on_limited).await?;
+        let (b, a) = under_flood(ctx, &on_limited, Retries::AtOnce).await?;
         flood.push(b);
         a_limited.push(a);
+        let (b, a) = under_flood(ctx, &on_limited, Retries::HonourRetryAfter).await?;
+        flood_polite.push(b);
+        a_polite.push(a);
         set_rates(
             ctx,
             limited,
@@ -205,11 +321,11 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
             json!({"writes": capped, "reads": capped, "user_reads": capped}),
         )
         .await?;
-        let (b, a) = under_flood(ctx, &on_limited).await?;
+        let (b, a) = under_flood(ctx, &on_limited, Retries::AtOnce).await?;
         flood_capped.push(b);
         a_capped.push(a);
         set_rates(ctx, limited, 0, json!({})).await?;
-        let (b, a) = under_flood(ctx, &on_main).await?;
+        let (b, a) = under_flood(ctx, &on_main, Retries::AtOnce).await?;
         flood_unlimited.push(b);
         a_unlimited.push(a);
     }
@@ -225,6 +341,14 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
         Some(0.5),
         &p99(&quiet),
         &p99(&flood),
+    ));
+    w.ratios.push(Ratio::new(
+        "isolation: B's feed p99 quiet ÷ under A's flood honouring Retry-After",
+        "B p99 quiet",
+        "B p99 while A floods honouring Retry-After (limits on)",
+        Some(0.5),
+        &p99(&quiet),
+        &p99(&flood_polite),
     ));
     w.ratios.push(Ratio::new(
         "isolation: B's feed p99 quiet ÷ under A's flood, A held to 50/s",
@@ -257,6 +381,10 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
     for (name, ms) in [
         ("quiet", &quiet),
         ("A floods, rate limits on (defaults)", &flood),
+        (
+            "A floods honouring Retry-After, rate limits on (defaults)",
+            &flood_polite,
+        ),
         ("A floods, A held to its own 50/s", &flood_capped),
         (
             "A floods, rate limits off (pool share and timeouts only)",
@@ -278,6 +406,8 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
             "A's requests",
             "defaults: 2xx/s",
             "refused/s",
+            "honouring Retry-After: 2xx/s",
+            "refused/s",
             "A at 50/s: 2xx/s",
             "refused/s",
             "limits off: 2xx/s",
@@ -295,6 +425,8 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
             name.to_string(),
             rate(&a_limited, |m| m.requests_per_sec),
             rate(&a_limited, |m| m.errors / m.seconds),
+            rate(&a_polite, |m| m.requests_per_sec),
+            rate(&a_polite, |m| m.errors / m.seconds),
             rate(&a_capped, |m| m.requests_per_sec),
             rate(&a_capped, |m| m.errors / m.seconds),
             rate(&a_unlimited, |m| m.requests_per_sec),
@@ -306,9 +438,11 @@ async fn measure(ctx: &Ctx, limited: &Tidings, w: &mut WorkloadResult) -> anyhow
     w.figure("b_rate", B_RATE);
     w.figure("b_quiet", &quiet);
     w.figure("b_flood", &flood);
+    w.figure("b_flood_polite", &flood_polite);
     w.figure("b_flood_capped", &flood_capped);
     w.figure("b_flood_unlimited", &flood_unlimited);
     w.figure("a_flood", &a_limited);
+    w.figure("a_flood_polite", &a_polite);
     w.figure("a_flood_capped", &a_capped);
     w.figure("a_flood_unlimited", &a_unlimited);
     let (path, file) = ctx.plot_path("isolation");
@@ -330,12 +464,15 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     let series = [
         ("quiet", "b_quiet", plots::BLUE),
         ("A floods (defaults)", "b_flood", plots::ORANGE),
+        ("A honours Retry-After", "b_flood_polite", plots::PURPLE),
         ("A held to 50/s", "b_flood_capped", plots::GREEN),
         ("rate limits off", "b_flood_unlimited", plots::RED),
     ];
     let bars = |field: &str, sum: bool| -> Vec<plots::Bar> {
         series
             .iter()
+            // Runs from before a series existed have no figure for it.
+            .filter(|(_, key, _)| figures.get(*key).is_some())
             .map(|(label, key, color)| {
                 let values = runs(key, field);
                 let v = Spread::of(&values);
