@@ -40,7 +40,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (pool, embedded) = db::open(&args.database).await?;
     db::migrate(&pool).await?;
     crate::tenants::seal_at_start(&pool, &secrets).await?;
-    let listen_pool = db::listen_pool(&args.database, &pool)?;
     let replicas = crate::replicas::Replicas::connect(
         pool.clone(),
         &args.replicas,
@@ -67,7 +66,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         secrets,
     )
-    .with_listen_pool(listen_pool)
     .with_replicas(replicas);
 
     let (trigger, shutdown) = shutdown::channel();

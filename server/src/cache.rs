@@ -24,6 +24,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
+    db::PrimaryPool,
     instruments::{self, CacheLookup},
     listen::{Event, Subscription},
     shutdown::Shutdown,
@@ -74,7 +75,7 @@ impl MembershipCache {
     /// The user's teams, from the cache when it can be trusted.
     pub async fn get(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant_id: Uuid,
         user_id: &str,
     ) -> Result<Arc<[Membership]>, sqlx::Error> {

@@ -206,12 +206,28 @@ pub struct DatabaseArgs {
         value_name = "KEYS"
     )]
     pub secret_key: Option<String>,
-    /// A direct PostgreSQL URL (the primary, not a pooler) for LISTEN sessions:
-    /// cache invalidation and worker wake-ups. Needed when DATABASE_URL goes
-    /// through PgBouncer in transaction pooling mode, which cannot keep a
-    /// session. Default: DATABASE_URL.
-    #[arg(long, env = "TIDINGS_DATABASE_LISTEN_URL")]
+    /// A direct PostgreSQL URL (the primary, not a pooler) for what needs a
+    /// session: LISTEN (cache invalidation, worker wake-ups) and migrations
+    /// (their session lock). Required with TIDINGS_DATABASE_POOLER=transaction,
+    /// which cannot keep a session. Default: DATABASE_URL.
+    #[arg(long, env = "TIDINGS_DATABASE_LISTEN_URL", hide_env_values = true)]
     pub database_listen_url: Option<String>,
+    /// What DATABASE_URL reaches: `none` (the primary itself, or a pooler in
+    /// session mode) or `transaction` (PgBouncer in transaction pooling mode:
+    /// every statement then runs inside a transaction of its own, without
+    /// named prepared statements; ARCHITECTURE.md, "PgBouncer").
+    #[arg(long, env = "TIDINGS_DATABASE_POOLER", value_enum, default_value_t = Pooler::None)]
+    pub database_pooler: Pooler,
+}
+
+/// What sits between Tidings and the primary (`TIDINGS_DATABASE_POOLER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Pooler {
+    /// The primary itself, or a pooler that keeps a session per client.
+    #[default]
+    None,
+    /// A pooler that hands the server connection back after each transaction.
+    Transaction,
 }
 
 /// The timeouts set on every pooled session (`db::connect`).

@@ -3,13 +3,15 @@
 use std::{borrow::Cow, time::Duration};
 
 use anyhow::Context;
+use futures::{future::BoxFuture, stream::BoxStream, StreamExt, TryStreamExt};
 use sqlx::{
     migrate::{Migration, Migrator},
-    postgres::PgPoolOptions,
-    Connection, PgPool,
+    pool::PoolConnection,
+    postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo},
+    Connection, Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, Transaction,
 };
 
-use crate::config::SessionTimeouts;
+use crate::config::{DatabaseArgs, Pooler, SessionTimeouts};
 
 /// The schema, embedded at compile time from `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -28,8 +30,8 @@ const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 /// Sets `statement_timeout` and `lock_timeout` on every session of a pool,
 /// once, when it connects: no round trip on the request path (rather than
 /// `SET LOCAL` in every transaction). Behind a transaction pooler a session
-/// setting does not follow the client: set them on the database role there
-/// (ARCHITECTURE.md, "Limits per tenant").
+/// setting would stay on a server connection that other clients get next, so
+/// there the timeouts go with each transaction instead ([`PrimaryPool`]).
 pub fn with_session_timeouts(options: PgPoolOptions, timeouts: SessionTimeouts) -> PgPoolOptions {
     options.after_connect(move |conn, _meta| {
         Box::pin(async move {
@@ -46,6 +48,195 @@ pub fn with_session_timeouts(options: PgPoolOptions, timeouts: SessionTimeouts) 
     })
 }
 
+/// The statement that opens every transaction behind a transaction pooler:
+/// the session timeouts as `SET LOCAL`, in the same round trip as `BEGIN`
+/// (one simple-query message).
+fn begin_with_timeouts(timeouts: SessionTimeouts) -> String {
+    format!(
+        "BEGIN; SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}",
+        timeouts.statement.as_millis(),
+        timeouts.lock.as_millis()
+    )
+}
+
+/// The pool of the primary, as every service and worker uses it: an executor
+/// for single statements (`&PrimaryPool` is a sqlx `Executor`), [`begin`] for
+/// transactions and [`acquire_for_reads`] for several reads on one connection.
+///
+/// Directly on the primary (or through a pooler in session mode) it is the
+/// sqlx pool as it is. Behind a transaction pooler (PgBouncer 1.18,
+/// `pool_mode = transaction`, `TIDINGS_DATABASE_POOLER=transaction`) a
+/// statement outside a transaction is not safe with sqlx: it runs each
+/// statement with parameters in two round trips (Parse/Describe/Sync, then
+/// Bind/Execute/Sync) and the pooler may hand the second to another server
+/// connection, where the statement does not exist. So there:
+/// - every single statement runs in a transaction of its own (the pooler keeps
+///   one server connection from BEGIN to COMMIT), committed before its result
+///   is handed back: a caller that saw `Ok` may rely on the commit;
+/// - sqlx's statement cache is off: a statement prepared in one transaction
+///   is dropped by the pooler's reset query (`DEALLOCATE ALL`) when it ends;
+/// - the session timeouts are `SET LOCAL` in each transaction's BEGIN.
+///
+/// The price there: each single statement costs BEGIN and COMMIT round trips
+/// and a Parse round trip more (ARCHITECTURE.md, "PgBouncer").
+///
+/// [`begin`]: PrimaryPool::begin
+/// [`acquire_for_reads`]: PrimaryPool::acquire_for_reads
+#[derive(Clone, Debug)]
+pub struct PrimaryPool {
+    pool: PgPool,
+    /// Sessions for what a transaction pooler cannot carry: LISTEN and
+    /// migrations. `TIDINGS_DATABASE_LISTEN_URL`, else `pool` itself.
+    sessions: PgPool,
+    /// Behind a transaction pooler: the statement that opens every transaction.
+    begin: Option<String>,
+}
+
+impl PrimaryPool {
+    /// A pool that reaches the primary directly: sessions from the same pool.
+    pub fn direct(pool: PgPool) -> Self {
+        PrimaryPool {
+            sessions: pool.clone(),
+            pool,
+            begin: None,
+        }
+    }
+
+    /// The sqlx pool underneath: for its size and for closing it.
+    pub fn inner(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Where LISTEN sessions and migrations connect.
+    pub fn sessions(&self) -> &PgPool {
+        &self.sessions
+    }
+
+    /// True behind a transaction pooler.
+    pub fn through_transaction_pooler(&self) -> bool {
+        self.begin.is_some()
+    }
+
+    /// A transaction on the primary (with the session timeouts behind a
+    /// transaction pooler).
+    pub async fn begin(&self) -> sqlx::Result<Transaction<'static, Postgres>> {
+        match &self.begin {
+            None => self.pool.begin().await,
+            Some(begin) => self.pool.begin_with(begin.clone()).await,
+        }
+    }
+
+    /// One connection for a run of reads. Behind a transaction pooler it is a
+    /// transaction, rolled back when dropped: writes made through it are lost,
+    /// so use [`begin`](PrimaryPool::begin) and commit for those.
+    pub async fn acquire_for_reads(&self) -> sqlx::Result<ReadConnection> {
+        match &self.begin {
+            None => Ok(ReadConnection::Session(self.pool.acquire().await?)),
+            Some(_) => Ok(ReadConnection::Transaction(self.begin().await?)),
+        }
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+        self.sessions.close().await;
+    }
+}
+
+/// A connection for a run of reads: a pooled session, or behind a
+/// transaction pooler a transaction (rolled back when dropped).
+pub enum ReadConnection {
+    Session(PoolConnection<Postgres>),
+    Transaction(Transaction<'static, Postgres>),
+}
+
+impl From<PoolConnection<Postgres>> for ReadConnection {
+    fn from(conn: PoolConnection<Postgres>) -> Self {
+        ReadConnection::Session(conn)
+    }
+}
+
+impl std::ops::Deref for ReadConnection {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match self {
+            ReadConnection::Session(conn) => conn,
+            ReadConnection::Transaction(tx) => tx,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ReadConnection {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            ReadConnection::Session(conn) => conn,
+            ReadConnection::Transaction(tx) => tx,
+        }
+    }
+}
+
+impl<'p> Executor<'p> for &'_ PrimaryPool {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if self.begin.is_none() {
+            return self.pool.fetch_many(query);
+        }
+        // Whole results, committed before the first is handed back.
+        let pool = self.clone();
+        futures::stream::once(async move {
+            let mut tx = pool.begin().await?;
+            let results: Vec<_> = (&mut *tx).fetch_many(query).try_collect().await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(futures::stream::iter(results.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, sqlx::Result<Option<PgRow>>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if self.begin.is_none() {
+            return self.pool.fetch_optional(query);
+        }
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut tx = pool.begin().await?;
+            let row = (&mut *tx).fetch_optional(query).await?;
+            tx.commit().await?;
+            Ok(row)
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, sqlx::Result<PgStatement<'q>>>
+    where
+        'p: 'e,
+    {
+        self.pool.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, sqlx::Result<Describe<Postgres>>>
+    where
+        'p: 'e,
+    {
+        self.pool.describe(sql)
+    }
+}
+
 /// Connects with a bounded wait: a database that is still starting (or restarting)
 /// is retried for `patience` before giving up. Every session gets `timeouts`
 /// (`statement_timeout`, `lock_timeout`), set once when it connects.
@@ -55,9 +246,26 @@ pub async fn connect(
     patience: Duration,
     timeouts: SessionTimeouts,
 ) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = url.parse().context("DATABASE_URL")?;
+    connect_with(
+        with_session_timeouts(PgPoolOptions::new(), timeouts),
+        options,
+        max_connections,
+        patience,
+    )
+    .await
+}
+
+async fn connect_with(
+    pool_options: PgPoolOptions,
+    options: PgConnectOptions,
+    max_connections: u32,
+    patience: Duration,
+) -> anyhow::Result<PgPool> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
-        let attempt = with_session_timeouts(PgPoolOptions::new(), timeouts)
+        let attempt = pool_options
+            .clone()
             .max_connections(max_connections)
             .acquire_timeout(crate::config::defaults::DB_ACQUIRE_TIMEOUT)
             .test_before_acquire(false)
@@ -69,7 +277,7 @@ pub async fn connect(
                     Ok(true)
                 })
             })
-            .connect(url)
+            .connect_with(options.clone())
             .await;
         match attempt {
             Ok(pool) => return Ok(pool),
@@ -80,6 +288,56 @@ pub async fn connect(
             Err(err) => return Err(err).context("connecting to PostgreSQL"),
         }
     }
+}
+
+/// The primary's pool for `url` as `args` describe it: directly, or behind
+/// a transaction pooler ([`PrimaryPool`]), with sessions from
+/// `TIDINGS_DATABASE_LISTEN_URL` when set.
+pub async fn connect_primary(
+    url: &str,
+    args: &DatabaseArgs,
+    patience: Duration,
+) -> anyhow::Result<PrimaryPool> {
+    let timeouts = args.session_timeouts();
+    let listen_url = args
+        .database_listen_url
+        .as_deref()
+        .filter(|u| !u.is_empty());
+    let (pool, begin) = match args.database_pooler {
+        Pooler::None => (
+            connect(url, args.db_max_connections, patience, timeouts).await?,
+            None,
+        ),
+        Pooler::Transaction => {
+            anyhow::ensure!(
+                listen_url.is_some(),
+                "TIDINGS_DATABASE_POOLER=transaction needs TIDINGS_DATABASE_LISTEN_URL, a direct \
+                 URL of the primary: LISTEN and migrations need a session the pooler cannot keep"
+            );
+            let options: PgConnectOptions = url.parse().context("DATABASE_URL")?;
+            let pool = connect_with(
+                PgPoolOptions::new(),
+                options.statement_cache_capacity(0),
+                args.db_max_connections,
+                patience,
+            )
+            .await?;
+            (pool, Some(begin_with_timeouts(timeouts)))
+        }
+    };
+    let sessions = match listen_url {
+        Some(url) => PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(url)
+            .context("TIDINGS_DATABASE_LISTEN_URL")?,
+        None => pool.clone(),
+    };
+    Ok(PrimaryPool {
+        pool,
+        sessions,
+        begin,
+    })
 }
 
 /// The migrations this binary applies. A database may already hold later
@@ -107,7 +365,10 @@ fn migrator() -> Migrator {
 /// statement and lock timeouts: building an index on a large table may take
 /// minutes, and waiting for a lock is what a migration must do. The session
 /// is closed afterwards, so the pool never hands it to a request.
-pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+/// Runs on a session (`TIDINGS_DATABASE_LISTEN_URL` behind a transaction
+/// pooler): the migrator holds a session lock while it works.
+pub async fn migrate(primary: &PrimaryPool) -> anyhow::Result<()> {
+    let pool = primary.sessions();
     let migrator = migrator();
     accept_comment_rewrites(pool, &migrator).await?;
     let mut conn = pool.acquire().await?;
@@ -167,7 +428,7 @@ async fn accept_comment_rewrites(pool: &PgPool, migrator: &Migrator) -> anyhow::
 }
 
 /// True when every migration this binary knows is applied, successfully.
-pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+pub async fn migrations_applied(pool: &PrimaryPool) -> Result<bool, sqlx::Error> {
     let expected = migrator()
         .iter()
         .filter(|m| m.migration_type.is_up_migration())
@@ -184,38 +445,13 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     Ok(applied.unwrap_or(0) >= expected)
 }
 
-/// The pool LISTEN sessions come from: `TIDINGS_DATABASE_LISTEN_URL` when
-/// set (a direct URL beside a transaction pooler, which cannot keep a session),
-/// else the main pool. One connection per listener (the cache, the outbox
-/// waker, team expansion), connected when first needed.
-pub fn listen_pool(args: &crate::config::DatabaseArgs, pool: &PgPool) -> anyhow::Result<PgPool> {
-    match args
-        .database_listen_url
-        .as_deref()
-        .filter(|u| !u.is_empty())
-    {
-        Some(url) => Ok(PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy(url)
-            .context("TIDINGS_DATABASE_LISTEN_URL")?),
-        None => Ok(pool.clone()),
-    }
-}
-
 /// Opens the configured database, or starts the embedded one when no URL is set.
 /// The returned guard (if any) stops the embedded PostgreSQL when dropped.
 pub async fn open(
-    args: &crate::config::DatabaseArgs,
-) -> anyhow::Result<(PgPool, Option<crate::embedded_pg::EmbeddedPostgres>)> {
+    args: &DatabaseArgs,
+) -> anyhow::Result<(PrimaryPool, Option<crate::embedded_pg::EmbeddedPostgres>)> {
     if let Some(url) = &args.database_url {
-        let pool = connect(
-            url,
-            args.db_max_connections,
-            Duration::from_secs(30),
-            args.session_timeouts(),
-        )
-        .await?;
+        let pool = connect_primary(url, args, Duration::from_secs(30)).await?;
         return Ok((pool, None));
     }
     // An explicit data directory is used or refused; the default may fall back.
@@ -250,5 +486,5 @@ pub async fn open(
         args.session_timeouts(),
     )
     .await?;
-    Ok((pool, Some(embedded)))
+    Ok((PrimaryPool::direct(pool), Some(embedded)))
 }

@@ -6,12 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
 use tidings_core::Channel;
 
 use crate::{
-    deliveries::status::DeliveryStatus, instruments, shutdown::Shutdown, state::AppState,
-    store::gauges as store,
+    db::PrimaryPool, deliveries::status::DeliveryStatus, instruments, shutdown::Shutdown,
+    state::AppState, store::gauges as store,
 };
 
 /// The statuses the backlog gauges cover: not yet final.
@@ -35,9 +34,9 @@ pub async fn run(state: AppState, mut shutdown: Shutdown) {
     }
 }
 
-async fn sample(pool: &PgPool) -> sqlx::Result<()> {
+async fn sample(pool: &PrimaryPool) -> sqlx::Result<()> {
     let started = Instant::now();
-    drop(pool.acquire().await?);
+    drop(pool.inner().acquire().await?);
     instruments::db_pool_acquire(started.elapsed());
 
     let rows = store::read_outbox_backlog(pool).await?;

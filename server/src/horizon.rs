@@ -13,17 +13,17 @@ use std::{
     time::Instant,
 };
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::store::horizon as store;
 pub use crate::store::horizon::FeedHorizons;
+use crate::{db::PrimaryPool, store::horizon as store};
 
 /// Begins a transaction that may write the tenant's feed rows: its first
 /// statement takes the tenant's shared feed lock, before the transaction has
 /// an id (the protocol of `store::horizon`).
 pub async fn begin_feed_write(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
     let mut tx = pool.begin().await?;
@@ -48,7 +48,7 @@ pub struct Horizons {
 
 impl Horizons {
     /// Horizons read by a statement that began after this call.
-    pub async fn fresh(&self, pool: &PgPool) -> sqlx::Result<Arc<FeedHorizons>> {
+    pub async fn fresh(&self, pool: &PrimaryPool) -> sqlx::Result<Arc<FeedHorizons>> {
         let asked = Instant::now();
         let _turn = self.turn.lock().await;
         if let Some(horizons) = self.read_since(asked) {

@@ -26,12 +26,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sqlx::{pool::PoolConnection, postgres::PgPoolOptions, PgPool, Postgres};
+use sqlx::{postgres::PgPoolOptions, PgPool};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 pub use crate::store::replication::{BadLsn, Lsn};
-use crate::{config::ReplicaArgs, shutdown::Shutdown, store::replication as store};
+use crate::{
+    config::ReplicaArgs,
+    db::{PrimaryPool, ReadConnection},
+    shutdown::Shutdown,
+    store::replication as store,
+};
 
 /// The name of the header that carries a consistency token, both ways.
 pub const CONSISTENCY_HEADER: &str = "Tidings-Consistency-Token";
@@ -138,7 +143,7 @@ fn bump(counter: &AtomicU64) {
 /// The primary and its standbys. With no standbys every read goes to the
 /// primary and nothing else happens.
 pub struct Replicas {
-    primary: PgPool,
+    primary: PrimaryPool,
     standbys: Vec<Standby>,
     next: AtomicUsize,
     wait: Duration,
@@ -151,7 +156,7 @@ pub struct Replicas {
 
 impl Replicas {
     /// Only the primary.
-    pub fn primary_only(primary: PgPool) -> Self {
+    pub fn primary_only(primary: PrimaryPool) -> Self {
         Replicas::new(primary, Vec::new(), &ReplicaArgs::default())
     }
 
@@ -159,7 +164,7 @@ impl Replicas {
     /// start-up is only out of rotation. Their sessions get the primary's
     /// statement and lock timeouts.
     pub fn connect(
-        primary: PgPool,
+        primary: PrimaryPool,
         args: &ReplicaArgs,
         max_connections: u32,
         timeouts: crate::config::SessionTimeouts,
@@ -181,7 +186,7 @@ impl Replicas {
         Ok(Replicas::new(primary, standbys, args))
     }
 
-    fn new(primary: PgPool, standbys: Vec<(String, PgPool)>, args: &ReplicaArgs) -> Self {
+    fn new(primary: PrimaryPool, standbys: Vec<(String, PgPool)>, args: &ReplicaArgs) -> Self {
         Replicas {
             primary,
             standbys: standbys
@@ -253,7 +258,7 @@ impl Replicas {
         mut run: F,
     ) -> Result<T, sqlx::Error>
     where
-        F: FnMut(PoolConnection<Postgres>) -> Fut,
+        F: FnMut(ReadConnection) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let remembered = match reader {
@@ -276,7 +281,7 @@ impl Replicas {
         } else {
             bump(&self.counters.primary_no_standby);
         }
-        run(self.primary.acquire().await?).await
+        run(self.primary.acquire_for_reads().await?).await
     }
 
     /// The next standby in rotation, round robin.
@@ -297,8 +302,8 @@ impl Replicas {
         &self,
         standby: &Standby,
         needed: Option<Lsn>,
-    ) -> Result<Option<PoolConnection<Postgres>>, sqlx::Error> {
-        let mut conn = standby.pool.acquire().await?;
+    ) -> Result<Option<ReadConnection>, sqlx::Error> {
+        let mut conn = ReadConnection::from(standby.pool.acquire().await?);
         let Some(needed) = needed else {
             return Ok(Some(conn));
         };

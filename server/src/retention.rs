@@ -15,10 +15,9 @@
 
 use std::{future::Future, time::Instant};
 
-use sqlx::PgPool;
-
 use crate::{
     config::RetentionConfig,
+    db::PrimaryPool,
     deliveries::status::DeliveryStatus,
     instruments,
     shutdown::Shutdown,
@@ -45,7 +44,7 @@ pub async fn run(state: AppState, mut shutdown: Shutdown) {
 /// One round: every table, batch after batch, until nothing is left to purge
 /// or shutdown is requested.
 pub async fn purge_once(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     config: &RetentionConfig,
     shutdown: &mut Shutdown,
 ) -> sqlx::Result<()> {

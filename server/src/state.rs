@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
-
 pub use crate::config::Settings;
 use crate::{
     auth::AuthCache,
     cache::Caches,
+    db::PrimaryPool,
     horizon::Horizons,
     limits::Limits,
     replicas::Replicas,
@@ -18,9 +17,9 @@ use crate::{
 #[derive(Clone)]
 pub struct AppState {
     /// The primary (directly or through a pooler): writes and current reads.
-    pub pool: PgPool,
+    pub pool: PrimaryPool,
     /// Sessions for LISTEN: `TIDINGS_DATABASE_LISTEN_URL`, else `pool`.
-    pub listen_pool: PgPool,
+    pub listen_pool: sqlx::PgPool,
     /// Where reads that tolerate replay lag go (`crate::replicas`).
     pub replicas: Arc<Replicas>,
     pub settings: Arc<Settings>,
@@ -37,8 +36,8 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A state on one database: LISTEN on the same pool, no standbys.
-    pub fn new(pool: PgPool, settings: Settings, secrets: SecretKeys) -> Self {
+    /// A state on one database: LISTEN on the pool's sessions, no standbys.
+    pub fn new(pool: PrimaryPool, settings: Settings, secrets: SecretKeys) -> Self {
         let limits = HubLimits {
             max_connections: settings.stream.stream_max_connections,
             max_per_user: settings.stream.max_per_user(),
@@ -47,7 +46,7 @@ impl AppState {
         let tenant_limits = Arc::new(Limits::new(&settings.limits, settings.db_max_connections));
         AppState {
             limits: tenant_limits,
-            listen_pool: pool.clone(),
+            listen_pool: pool.sessions().clone(),
             replicas: Arc::new(Replicas::primary_only(pool.clone())),
             pool,
             settings: Arc::new(settings),
@@ -57,12 +56,6 @@ impl AppState {
             horizons: Arc::new(Horizons::default()),
             stream: Arc::new(Hub::new(limits)),
         }
-    }
-
-    /// LISTEN sessions on their own pool (a direct URL beside a pooler).
-    pub fn with_listen_pool(mut self, listen_pool: PgPool) -> Self {
-        self.listen_pool = listen_pool;
-        self
     }
 
     pub fn with_replicas(mut self, replicas: Replicas) -> Self {
@@ -78,6 +71,6 @@ impl AppState {
         // A throwaway key: this state never reads or writes a secret.
         let secrets = SecretKeys::parse(&SecretKeys::generate_spec("offline"))
             .expect("a generated key parses");
-        AppState::new(pool, Settings::default(), secrets)
+        AppState::new(PrimaryPool::direct(pool), Settings::default(), secrets)
     }
 }

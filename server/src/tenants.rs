@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::PgPool;
 use tidings_core::KeyError;
 use uuid::Uuid;
 
 use crate::{
     config::{defaults, DatabaseArgs},
     credentials,
+    db::PrimaryPool,
     secrets::{Purpose, SecretKeys},
     state::AppState,
     store::{self, tenants as tenant_store},
@@ -41,7 +41,7 @@ pub enum TenantError {
 
 /// Creates a tenant with its first API key, in one transaction.
 pub async fn create_tenant(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     keys: &SecretKeys,
     name: &str,
 ) -> Result<IssuedTenant, TenantError> {
@@ -67,7 +67,10 @@ pub async fn create_tenant(
 }
 
 /// A further API key for a tenant; earlier keys stay valid until revoked.
-pub async fn issue_api_key(pool: &PgPool, tenant_id: Uuid) -> Result<(Uuid, String), TenantError> {
+pub async fn issue_api_key(
+    pool: &PrimaryPool,
+    tenant_id: Uuid,
+) -> Result<(Uuid, String), TenantError> {
     if !tenant_store::tenant_exists(pool, tenant_id).await? {
         return Err(TenantError::NotFound);
     }
@@ -156,7 +159,10 @@ pub fn load_secret_keys(args: &DatabaseArgs) -> anyhow::Result<SecretKeys> {
 }
 
 /// [`load_secret_keys`], then [`seal_at_start`].
-pub async fn open_secret_keys(pool: &PgPool, args: &DatabaseArgs) -> anyhow::Result<SecretKeys> {
+pub async fn open_secret_keys(
+    pool: &PrimaryPool,
+    args: &DatabaseArgs,
+) -> anyhow::Result<SecretKeys> {
     let keys = load_secret_keys(args)?;
     seal_at_start(pool, &keys).await?;
     Ok(keys)
@@ -165,7 +171,7 @@ pub async fn open_secret_keys(pool: &PgPool, args: &DatabaseArgs) -> anyhow::Res
 /// Seals every stored secret that is plaintext or sealed with an older key.
 /// Every command that opens the database runs it, so rows written before
 /// encryption at rest existed are sealed at the first start.
-pub async fn seal_at_start(pool: &PgPool, keys: &SecretKeys) -> anyhow::Result<()> {
+pub async fn seal_at_start(pool: &PrimaryPool, keys: &SecretKeys) -> anyhow::Result<()> {
     let sealed = seal_stored_secrets(pool, keys)
         .await
         .context("sealing stored secrets (TIDINGS_SECRET_KEY)")?;
@@ -177,7 +183,7 @@ pub async fn seal_at_start(pool: &PgPool, keys: &SecretKeys) -> anyhow::Result<(
 
 /// Seals (or re-seals under the current key) every stored signing and
 /// webhook secret that needs it; returns how many rows changed.
-pub async fn seal_stored_secrets(pool: &PgPool, keys: &SecretKeys) -> anyhow::Result<usize> {
+pub async fn seal_stored_secrets(pool: &PrimaryPool, keys: &SecretKeys) -> anyhow::Result<usize> {
     let mut changed = 0;
     let reseal = |purpose: Purpose, stored: &str| -> anyhow::Result<String> {
         if keys.needs_reseal(stored) {

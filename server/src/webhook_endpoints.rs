@@ -2,12 +2,12 @@
 //! paged list. The other operations are one statement each, called by the
 //! handler directly (`store::webhook_endpoints`).
 
-use sqlx::PgPool;
 use tidings_core::stable_lock_key;
 use uuid::Uuid;
 
 pub use crate::store::webhook_endpoints::EndpointRow;
 use crate::{
+    db::PrimaryPool,
     paging::{Page, PageRequest},
     store::{self, webhook_endpoints as endpoint_store},
 };
@@ -38,7 +38,7 @@ pub enum CreateEndpointError {
 /// tenant take turns on an advisory lock, so two at once cannot both pass the
 /// count; nothing else waits on it.
 pub async fn create(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     endpoint: NewEndpoint<'_>,
     max: u32,
@@ -68,7 +68,7 @@ pub async fn create(
 
 /// One page of the tenant's endpoints, in creation order.
 pub async fn list(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     page: &PageRequest<Uuid>,
 ) -> sqlx::Result<Page<EndpointRow>> {

@@ -222,6 +222,32 @@ fn serve_refuses_an_admin_token_shorter_than_32_bytes() {
     assert!(text.contains("at least 32"), "{text}");
 }
 
+/// Behind a transaction pooler LISTEN and migrations need a direct session:
+/// without one, `serve` and `worker` refuse to start and say what is missing,
+/// rather than failing later on a LISTEN that never hears anything.
+#[test]
+fn a_transaction_pooler_without_a_direct_session_url_is_refused() {
+    for command in ["serve", "worker"] {
+        let (ok, text) = run_tidings(
+            &[command],
+            &[
+                ("TIDINGS_DATABASE_POOLER", "transaction"),
+                (
+                    "TIDINGS_ADMIN_TOKEN",
+                    "a-long-enough-admin-token-for-this-test",
+                ),
+                ("TIDINGS_LISTEN", "127.0.0.1:0"),
+                ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing"),
+            ],
+        );
+        assert!(!ok, "{command}: {text}");
+        assert!(
+            text.contains("TIDINGS_DATABASE_LISTEN_URL"),
+            "{command}: {text}"
+        );
+    }
+}
+
 #[test]
 fn help_and_start_up_errors_never_print_a_password() {
     let env = [
@@ -231,6 +257,10 @@ fn help_and_start_up_errors_never_print_a_password() {
         ),
         ("TIDINGS_SMTP_URL", "smtps://mailer:hunter2@mail.internal"),
         ("TIDINGS_NATS_URL", "nats://pub:hunter2@nats.internal:4222"),
+        (
+            "TIDINGS_DATABASE_LISTEN_URL",
+            "postgres://app:hunter2@primary.internal:5432/tidings",
+        ),
         (
             "TIDINGS_ADMIN_TOKEN",
             "hunter2-hunter2-hunter2-hunter2-hunter2",

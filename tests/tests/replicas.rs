@@ -38,8 +38,18 @@ async fn poll(reader: &UserApi<'_>, cursor: Option<&str>) -> Value {
     reader.feed(&query).expect(200).await
 }
 
-/// A server reading from both standbys of `cluster`, checking them often.
+/// A server on `db` reading from both standbys of `cluster`, checking them often.
 async fn serve_with_standbys(cluster: &Cluster, db: &TestDb, extra: &[(&str, &str)]) -> TestApp {
+    serve_on_with_standbys(&db.url, cluster, db, extra).await
+}
+
+/// The same with DATABASE_URL `url` (e.g. the cluster's pooler).
+async fn serve_on_with_standbys(
+    url: &str,
+    cluster: &Cluster,
+    db: &TestDb,
+    extra: &[(&str, &str)],
+) -> TestApp {
     let mut env = vec![
         (
             "TIDINGS_DATABASE_REPLICA_URLS".to_string(),
@@ -48,7 +58,7 @@ async fn serve_with_standbys(cluster: &Cluster, db: &TestDb, extra: &[(&str, &st
         ("TIDINGS_REPLICA_CHECK_MS".to_string(), "50".to_string()),
     ];
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let app = TestApp::spawn_on(&db.url, AppOptions::env(env))
+    let app = TestApp::spawn_on(url, AppOptions::env(env))
         .await
         .expect("serve");
     until_standbys(&app, &["up", "up"]).await;
@@ -88,6 +98,18 @@ async fn standby_reads(app: &TestApp) -> u64 {
     readiness(app).await["reads"]["standby"]
         .as_u64()
         .expect("reads.standby")
+}
+
+/// What a process needs to reach `db` through the cluster's PgBouncer in
+/// transaction pooling mode: DATABASE_URL, and the direct URL for sessions.
+fn behind_pooler(cluster: &Cluster, db: &TestDb) -> (String, [(&'static str, String); 2]) {
+    (
+        cluster.pooler(&db.name),
+        [
+            ("TIDINGS_DATABASE_POOLER", "transaction".to_string()),
+            ("TIDINGS_DATABASE_LISTEN_URL", db.url.clone()),
+        ],
+    )
 }
 
 async fn pool_of(db: &TestDb) -> PgPool {
@@ -373,8 +395,8 @@ async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
 }
 
 /// The production shape of issue 13: three `tidings serve` instances reading
-/// from both standbys and two `tidings worker` processes, on one primary.
-/// Events are posted concurrently through all three instances while a poller
+/// from both standbys and two `tidings worker` processes, on one primary
+/// behind PgBouncer in transaction pooling mode. Events are posted concurrently through all three instances while a poller
 /// reads pages `after` its cursor round robin across them, and a stream on one
 /// instance receives the same items; alerts posted through them are delivered
 /// by the workers to a real receiver; marks on one instance are read back, with
@@ -389,13 +411,18 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
 
     let cluster = Cluster::shared().await;
     let db = cluster.database().await;
+    pooler_splits_statements_outside_transactions(&cluster, &db).await;
     let receiver = Receiver::webhooks(&[]).await;
-    // The instances leave the outbox to the workers.
-    let no_workers = [("TIDINGS_OUTBOX_WORKERS", "0")];
+    // Every process reaches the primary through PgBouncer in transaction
+    // pooling mode (LISTEN and migrations directly); the instances leave the
+    // outbox to the workers.
+    let (pooled_url, pooled_env) = behind_pooler(&cluster, &db);
+    let mut serve_env: Vec<(&str, &str)> = vec![("TIDINGS_OUTBOX_WORKERS", "0")];
+    serve_env.extend(pooled_env.iter().map(|(k, v)| (*k, v.as_str())));
     let instances = [
-        serve_with_standbys(&cluster, &db, &no_workers).await,
-        serve_with_standbys(&cluster, &db, &no_workers).await,
-        serve_with_standbys(&cluster, &db, &no_workers).await,
+        serve_on_with_standbys(&pooled_url, &cluster, &db, &serve_env).await,
+        serve_on_with_standbys(&pooled_url, &cluster, &db, &serve_env).await,
+        serve_on_with_standbys(&pooled_url, &cluster, &db, &serve_env).await,
     ];
     let mut workers = Vec::new();
     for _ in 0..2 {
@@ -404,8 +431,9 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
             "TIDINGS_DATABASE_REPLICA_URLS".to_string(),
             cluster.replica_urls(&db.name),
         ));
+        env.extend(pooled_env.iter().map(|(k, v)| (k.to_string(), v.clone())));
         workers.push(
-            TidingsProcess::worker(&db.url, &env)
+            TidingsProcess::worker(&pooled_url, &env)
                 .await
                 .expect("tidings worker"),
         );
@@ -608,6 +636,38 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
             "instance {i} read from the standbys"
         );
     }
+}
+
+/// The cluster's PgBouncer really pools by transaction (what the test above
+/// relies on): a statement with parameters outside a transaction, as sqlx
+/// sends it (Parse/Describe/Sync, then Bind/Execute/Sync), loses its prepared
+/// statement between the two (the reset query drops it when the server
+/// connection goes back), while the same statement inside a transaction runs.
+async fn pooler_splits_statements_outside_transactions(cluster: &Cluster, db: &TestDb) {
+    use sqlx::{Connection, PgConnection};
+    let mut conn = PgConnection::connect(&cluster.pooler(&db.name))
+        .await
+        .expect("a session through the pooler");
+    let outside: Result<i32, _> = sqlx::query_scalar("SELECT $1::int")
+        .bind(7)
+        .fetch_one(&mut conn)
+        .await;
+    let err = outside.expect_err("a statement split across server connections fails");
+    assert!(
+        err.to_string().contains("prepared statement"),
+        "the split lost the prepared statement: {err}"
+    );
+    let mut conn = PgConnection::connect(&cluster.pooler(&db.name))
+        .await
+        .expect("a session through the pooler");
+    let mut tx = conn.begin().await.expect("BEGIN");
+    let inside: i32 = sqlx::query_scalar("SELECT $1::int")
+        .bind(7)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("inside a transaction the statement runs");
+    assert_eq!(inside, 7);
+    tx.commit().await.expect("COMMIT");
 }
 
 /// Appends a page's items (newest first in the page) oldest first, and moves

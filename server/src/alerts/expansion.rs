@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tidings_core::{Channel, EntityId, EventType, UserId};
 
 use super::submit::{entity_lock_key, fan_out, rows_per_recipient, FanoutLimits, FanoutTarget};
 use crate::{
+    db::PrimaryPool,
     listen,
     shutdown::Shutdown,
     state::AppState,
@@ -38,7 +38,7 @@ const EXPANSION_TENANTS_PER_CLAIM: i64 = 8;
 /// locks its row and so takes an id. Hence the tenants whose turn it is
 /// are looked up first, without locking, their feed locks taken, and only a
 /// job of one of those tenants claimed.
-pub async fn expand_next_batch(pool: &PgPool, limits: &FanoutLimits) -> sqlx::Result<bool> {
+pub async fn expand_next_batch(pool: &PrimaryPool, limits: &FanoutLimits) -> sqlx::Result<bool> {
     let tenants = alert_store::list_expansion_tenants(pool, EXPANSION_TENANTS_PER_CLAIM).await?;
     if tenants.is_empty() {
         return Ok(false);

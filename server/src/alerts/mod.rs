@@ -17,7 +17,6 @@ pub mod plan;
 pub mod request;
 pub mod submit;
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
 pub use plan::NotificationStatus;
@@ -27,6 +26,7 @@ pub use submit::{
 };
 
 use crate::{
+    db::PrimaryPool,
     paging::{AlertDeliveryKey, Page, PageRequest},
     store::{
         alerts::{self as alert_store, AlertRow},
@@ -41,7 +41,7 @@ pub const MAX_DELIVERY_LIMIT: u32 = 1000;
 /// An alert and one page of its deliveries, by recipient and channel; `None`
 /// when it is not this tenant's.
 pub async fn get(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     alert_id: Uuid,
     page: &PageRequest<AlertDeliveryKey>,

@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use tidings_core::{
     decide, stable_lock_key, Channel, EntityId, EventType, FanoutThresholds, SendKind, Strategy,
     TeamId, UserId,
@@ -22,6 +22,7 @@ use super::{
 };
 use crate::{
     config::AlertsConfig,
+    db::PrimaryPool,
     horizon,
     idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, Lease, SavedResponse},
     store::{
@@ -444,7 +445,7 @@ pub enum Submitted {
 /// nothing of HTTP. Dropped without `commit`, everything rolls back and the
 /// key's lease expires.
 pub struct PendingAlert {
-    pool: PgPool,
+    pool: PrimaryPool,
     tx: Transaction<'static, Postgres>,
     lease: Option<Lease>,
     created: AlertCreated,
@@ -485,7 +486,7 @@ impl PendingAlert {
 /// transaction the caller commits (see [`PendingAlert`]), so the alert and the
 /// saved response commit together (`crate::idempotency`).
 pub async fn submit(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     config: &AlertsConfig,
     tenant: Uuid,
     idempotency: Option<IdempotencyRequest>,
@@ -536,7 +537,7 @@ pub enum Handled {
 /// before changes nothing. A message for a tenant that does not exist is
 /// rejected (logged only: there is no tenant to record it under).
 pub async fn submit_from_inbox(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     limits: &FanoutLimits,
     message_id: &str,
     tenant: Uuid,
@@ -576,7 +577,7 @@ pub async fn submit_from_inbox(
 /// an operator can find it. A tenant that does not exist (the row's foreign
 /// key) is only logged.
 pub async fn reject_inbox_message(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     message_id: &str,
     reason: &str,

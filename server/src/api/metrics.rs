@@ -21,7 +21,7 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 #[handler]
 pub fn metrics(Data(state): Data<&AppState>) -> Response {
-    let pool = &state.pool;
+    let pool = state.pool.inner();
     instruments::db_pool(
         pool.size(),
         pool.num_idle(),

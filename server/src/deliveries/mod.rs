@@ -4,12 +4,12 @@
 
 pub mod status;
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
 pub use self::status::DeliveryStatus;
 pub use crate::store::deliveries::DeliveryRow;
 use crate::{
+    db::PrimaryPool,
     paging::{Page, PageRequest},
     store::deliveries as store,
 };
@@ -19,7 +19,7 @@ pub const MAX_LIMIT: u32 = 100;
 
 /// One page of the tenant's deliveries in id order, optionally of one status.
 pub async fn list(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     status: Option<DeliveryStatus>,
     page: &PageRequest<i64>,
@@ -48,7 +48,11 @@ pub enum RequeueError {
 /// stays for reference until the next attempt). `pending` is already queued
 /// and is returned unchanged. `sending` is refused until the worker's lease
 /// ends: that is when asking again can succeed.
-pub async fn requeue(pool: &PgPool, tenant: Uuid, id: i64) -> Result<DeliveryRow, RequeueError> {
+pub async fn requeue(
+    pool: &PrimaryPool,
+    tenant: Uuid,
+    id: i64,
+) -> Result<DeliveryRow, RequeueError> {
     let mut tx = pool.begin().await?;
     let locked = store::lock_delivery(&mut *tx, tenant, id)
         .await?

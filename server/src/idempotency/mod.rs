@@ -41,12 +41,12 @@ mod fingerprint;
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 pub use fingerprint::{canonical_json, Fingerprint};
 
-use crate::{shutdown::Shutdown, state::AppState, store::idempotency as store};
+use crate::{db::PrimaryPool, shutdown::Shutdown, state::AppState, store::idempotency as store};
 
 pub const HEADER: &str = "Idempotency-Key";
 pub const REPLAYED_HEADER: &str = "Idempotency-Replayed";
@@ -128,7 +128,7 @@ pub struct Lease {
 }
 
 pub async fn begin(
-    pool: &PgPool,
+    pool: &PrimaryPool,
     tenant: Uuid,
     request: IdempotencyRequest,
     lease: Duration,
@@ -210,7 +210,7 @@ impl Lease {
     }
 
     /// Best effort: if it fails, the lease simply expires.
-    pub async fn release(self, pool: &PgPool) {
+    pub async fn release(self, pool: &PrimaryPool) {
         if let Err(err) =
             store::release_key(pool, self.tenant, &self.path, &self.key, self.owner).await
         {

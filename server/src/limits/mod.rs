@@ -35,7 +35,6 @@ use std::{
     time::Duration,
 };
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use self::{
@@ -44,6 +43,7 @@ use self::{
 };
 use crate::{
     config::{LimitsConfig, Rate, RateDefaults},
+    db::PrimaryPool,
     store::rate_limits::{self as store, RateRow},
 };
 
@@ -270,7 +270,7 @@ impl Limits {
     /// recorded there too (see [`Held::refused`]).
     pub async fn admit(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant: Uuid,
         user: Option<&str>,
         class: RequestClass,
@@ -292,7 +292,7 @@ impl Limits {
     /// refusal is recorded there too.
     pub async fn take_tokens(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant: Uuid,
         user: Option<&str>,
         class: RequestClass,
@@ -373,7 +373,7 @@ impl Limits {
     /// A tenant's own rates, cached for [`OVERRIDE_TTL`].
     pub async fn tenant_rates(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant: Uuid,
     ) -> Result<Arc<TenantRates>, sqlx::Error> {
         if let Some(hit) = self.overrides.get(&tenant).await {
@@ -389,7 +389,7 @@ impl Limits {
     /// `None` when the tenant does not exist.
     pub async fn read_tenant_rates(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant: Uuid,
     ) -> Result<Option<TenantRates>, sqlx::Error> {
         if !crate::store::tenants::tenant_exists(pool, tenant).await? {
@@ -404,7 +404,7 @@ impl Limits {
     /// (`Rate::valid`): the caller checked them.
     pub async fn set_tenant_rates(
         &self,
-        pool: &PgPool,
+        pool: &PrimaryPool,
         tenant: Uuid,
         rates: &TenantRates,
     ) -> Result<bool, sqlx::Error> {

@@ -26,7 +26,6 @@ use std::{
 };
 
 use futures::StreamExt;
-use sqlx::PgPool;
 use tidings_core::NextAttempt;
 use tokio::{
     sync::{mpsc, watch, Semaphore},
@@ -39,6 +38,7 @@ use crate::{
     backoff::Backoff,
     channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
     config::OutboxConfig,
+    db::PrimaryPool,
     deliveries::status::DeliveryStatus,
     instruments, listen,
     shutdown::Shutdown,
@@ -127,7 +127,7 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
 }
 
 struct Worker {
-    pool: PgPool,
+    pool: PrimaryPool,
     config: OutboxConfig,
     channels: Arc<Channels>,
     /// Opens endpoint secrets, which are stored sealed (`crate::secrets`).
@@ -392,16 +392,9 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
         outbox.loops >= 1,
         "TIDINGS_OUTBOX_WORKERS is 0: this worker would do nothing"
     );
-    let pool = crate::db::connect(
-        url,
-        args.database.db_max_connections,
-        Duration::from_secs(30),
-        args.database.session_timeouts(),
-    )
-    .await?;
+    let pool = crate::db::connect_primary(url, &args.database, Duration::from_secs(30)).await?;
     crate::db::migrate(&pool).await?;
     let secrets = crate::tenants::open_secret_keys(&pool, &args.database).await?;
-    let listen_pool = crate::db::listen_pool(&args.database, &pool)?;
     let state = AppState::new(
         pool,
         crate::state::Settings {
@@ -409,8 +402,7 @@ pub async fn run_worker(args: crate::config::WorkerCommandArgs) -> anyhow::Resul
             ..Default::default()
         },
         secrets,
-    )
-    .with_listen_pool(listen_pool);
+    );
     let (trigger, shutdown) = crate::shutdown::channel();
     let handles = spawn(&state, &shutdown);
     // The one line on stdout, for scripts and tests.
