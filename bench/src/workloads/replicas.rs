@@ -8,6 +8,11 @@
 //!
 //! - **Router overhead**: `GET /v1/feed?limit=20` req/s (closed loop)
 //!   through the standby-reading server vs the primary-only one, interleaved.
+//! - **PgBouncer's price**: the same reads through a third server whose
+//!   DATABASE_URL is the cluster's PgBouncer in transaction pooling mode
+//!   (`TIDINGS_DATABASE_POOLER=transaction`: every statement in a transaction
+//!   of its own, no statement cache; ARCHITECTURE.md, "PgBouncer") vs the
+//!   primary-only one, interleaved with the above.
 //! - **Replay lag under write load**: writers post batches of 10 events
 //!   through the standby-reading server as fast as they go; every 100 ms the
 //!   primary's `pg_stat_replication` gives each standby's replay lag (time and
@@ -144,7 +149,23 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
         database_url: &primary,
         log_dir: &ctx.work_dir,
         name: "serve-replicas-direct",
-        env: common,
+        env: common.clone(),
+    })
+    .await?;
+    let mut behind_pooler = common;
+    behind_pooler.extend([
+        (
+            "TIDINGS_DATABASE_POOLER".to_string(),
+            "transaction".to_string(),
+        ),
+        ("TIDINGS_DATABASE_LISTEN_URL".to_string(), primary.clone()),
+    ]);
+    let pooled = Tidings::serve(Launch {
+        bin: &ctx.bin,
+        database_url: &url(port + 3),
+        log_dir: &ctx.work_dir,
+        name: "serve-replicas-pooled",
+        env: behind_pooler,
     })
     .await?;
     let http = &ctx.http;
@@ -200,11 +221,13 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
     // 1. Router overhead.
     let feed = |s: &Tidings| HttpRequest::get(s.url("/v1/feed?limit=20")).bearer(&token);
     let before = reads(http, &routed).await?;
-    let (mut through, mut on_primary): (Vec<Measure>, Vec<Measure>) = (vec![], vec![]);
+    let (mut through, mut on_primary, mut via_pooler): (Vec<Measure>, Vec<Measure>, Vec<Measure>) =
+        (vec![], vec![], vec![]);
     for rep in 0..ctx.tier.reps {
         eprintln!("  replicas feed rep {}/{}", rep + 1, ctx.tier.reps);
         through.push(max(ctx, &feed(&routed)).await?);
         on_primary.push(max(ctx, &feed(&direct)).await?);
+        via_pooler.push(max(ctx, &feed(&pooled)).await?);
     }
     let after = reads(http, &routed).await?;
     let served_by_standby =
@@ -218,6 +241,14 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
         &rps(&through),
         &rps(&on_primary),
     ));
+    w.ratios.push(Ratio::new(
+        "feed through PgBouncer (transaction mode) vs directly",
+        "GET /v1/feed req/s, primary through PgBouncer",
+        "GET /v1/feed req/s, primary directly",
+        None,
+        &rps(&via_pooler),
+        &rps(&on_primary),
+    ));
     let mut t = Table::new(
         "Feed page (limit 20), closed loop, same machine",
         &["server", "req/s", "p50 ms", "p99 ms", "errors"],
@@ -225,6 +256,10 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
     for (name, ms) in [
         ("reads on the standbys", &through),
         ("primary only", &on_primary),
+        (
+            "primary only, through PgBouncer (transaction mode)",
+            &via_pooler,
+        ),
     ] {
         let last = ms.last().context("a measurement")?;
         t.row(vec![
@@ -238,6 +273,7 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
     w.figure("feed_through_standby", &through);
     w.figure("feed_on_primary", &on_primary);
+    w.figure("feed_through_pooler", &via_pooler);
     w.figure(
         "feed_share_served_by_standby",
         json!(served_by_standby as f64 / feed_requests.max(1.0)),
@@ -481,6 +517,7 @@ async fn measure(ctx: &Ctx, port: u16) -> anyhow::Result<WorkloadResult> {
 
     routed.stop().await;
     direct.stop().await;
+    pooled.stop().await;
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
 }
