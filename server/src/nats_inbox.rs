@@ -28,6 +28,14 @@
 //! message under: it is logged and terminated. Database trouble is transient:
 //! the message is nak'ed with a delay.
 //!
+//! **Limits** (ARCHITECTURE.md, "Limits per tenant"): a message is one of
+//! its tenant's writes, as `POST /v1/alerts` is. It takes a token of the
+//! tenant's writes bucket and a permit of its pool share before it is
+//! handled; refused (bucket empty, or the share all taken now: the consumer
+//! serves every tenant in turn and waits for none), it is nak'ed with the
+//! delay a refused request is held (`Retry-After`, at most a second), and the
+//! consumer moves on to the next message.
+//!
 //! Test-only (feature `test-hooks`, see `crate::test_hooks`): the process can
 //! be made to abort right after committing a new alert and before acking, to
 //! prove the above.
@@ -43,9 +51,14 @@ pub use crate::alerts::submit::Handled;
 use crate::{
     alerts::{submit, AlertRequest},
     api::alerts::AlertIn,
+    limits::{self, share::SharePermit, AdmitError, Refusal, RequestClass},
     shutdown::Shutdown,
     state::AppState,
 };
+
+/// The longest delay before a refused message comes again: as long as a
+/// refused request is held at the most by default.
+const NAK_MAX: Duration = Duration::from_secs(1);
 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
     while !shutdown.is_requested() {
@@ -109,6 +122,15 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         };
         let message_id = message_id(&config.nats_stream, &msg);
         let tenant = tenant_of(&msg.subject, tenant_token);
+        let _permit = match admit(state, tenant).await {
+            Ok(permit) => permit,
+            Err(later) => {
+                if let Err(err) = msg.ack_with(later).await {
+                    tracing::warn!(%message_id, error = %err, "nak failed");
+                }
+                continue;
+            }
+        };
         let ack = match handle(state, tenant, &message_id, &msg.payload).await {
             Ok(Handled::Created) => {
                 #[cfg(feature = "test-hooks")]
@@ -128,6 +150,33 @@ async fn consume(state: &AppState, shutdown: &mut Shutdown) -> anyhow::Result<()
         if let Err(err) = msg.ack_with(ack).await {
             // Not acked: JetStream redelivers it and the inbox recognises it.
             tracing::warn!(%message_id, error = %err, "ack failed");
+        }
+    }
+}
+
+/// The tenant's writes bucket and a permit of its pool share, held while
+/// its message is handled; refused, the nak that brings the message back
+/// later. A message naming no tenant is admitted (and rejected by `handle`).
+async fn admit(state: &AppState, tenant: Option<Uuid>) -> Result<Option<SharePermit>, AckKind> {
+    let Some(tenant) = tenant else {
+        return Ok(None);
+    };
+    match state
+        .limits
+        .admit_without_waiting(&state.pool, tenant, RequestClass::Writes)
+        .await
+    {
+        Ok(permit) => Ok(Some(permit)),
+        Err(AdmitError::Refused(refusal)) => {
+            let wait = match refusal {
+                Refusal::Limited { retry_after, .. } => limits::retry_after_secs(retry_after),
+                Refusal::ShareBusy { retry_after } => retry_after,
+            };
+            Err(AckKind::Nak(Some(wait.min(NAK_MAX))))
+        }
+        Err(AdmitError::Db(err)) => {
+            tracing::warn!(error = %err, "reading the tenant's rate limits failed; will be redelivered");
+            Err(AckKind::Nak(Some(NAK_MAX)))
         }
     }
 }

@@ -238,3 +238,61 @@ async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
     drop(app);
     bus.delete().await;
 }
+
+#[tokio::test]
+async fn a_tenants_messages_take_its_writes_bucket_and_come_back_once_it_allows() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let mut options = bus.app_options("limited");
+    // One write per 100 s: the bucket cannot refill during the test.
+    options.env.extend(
+        [
+            ("TIDINGS_RATE_LIMITS", "true"),
+            ("TIDINGS_RATE_WRITES_PER_SEC", "0.01"),
+            ("TIDINGS_RATE_WRITES_BURST", "1"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    let app = TestApp::spawn_on(&db.url, options).await.unwrap();
+    let (a, b) = (app.create_tenant().await, app.create_tenant().await);
+    // A's one write goes over HTTP: the inbox shares the bucket.
+    app.tenant(&a)
+        .create_event(&json!({"team_id": "t", "type": "t", "payload": {}}))
+        .expect(201)
+        .await;
+    bus.publish(&a.id, &alert_message(), Some("a-1")).await;
+    bus.publish(&b.id, &alert_message(), Some("b-1")).await;
+    // B's message is handled while A's keeps coming back refused.
+    wait_for_count(&pool, Rows::Alerts, 1).await;
+    let refused = tidings_tests::eventually(Duration::from_secs(30), || async {
+        let text = app
+            .raw(reqwest::Method::GET, "/metrics")
+            .reply(200)
+            .await
+            .text;
+        text.lines().any(|l| {
+            l.strip_prefix(r#"tidings_limit_refusals_total{limit="writes"} "#)
+                .and_then(|n| n.parse::<f64>().ok())
+                .is_some_and(|n| n >= 2.0)
+        })
+    })
+    .await;
+    assert!(refused, "A's message was refused, and came back");
+    let a_alerts = app.tenant(&a).list_deliveries("").expect(200).await;
+    assert_eq!(
+        a_alerts["data"].as_array().map(Vec::len),
+        Some(0),
+        "{a_alerts}"
+    );
+
+    // Given room, A's message is created on its next delivery.
+    app.admin()
+        .set_rate_limits(&a.id, &json!({"writes": {"per_second": 100, "burst": 100}}))
+        .expect(200)
+        .await;
+    wait_for_count(&pool, Rows::Alerts, 2).await;
+    bus.wait_all_acked("limited").await;
+    drop(app);
+    bus.delete().await;
+}

@@ -285,6 +285,25 @@ impl Limits {
         Ok(())
     }
 
+    /// Admits one unit of `tenant`'s work for a consumer that serves every
+    /// tenant in turn (the NATS inbox): the buckets of `class`, then a
+    /// permit of the tenant's pool share only if one is free now, since
+    /// waiting behind one tenant's share would hold up every other tenant's
+    /// work. The work holds the returned permit while it runs.
+    pub async fn admit_without_waiting(
+        &self,
+        pool: &PrimaryPool,
+        tenant: Uuid,
+        class: RequestClass,
+    ) -> Result<SharePermit, AdmitError> {
+        self.take_tokens(pool, tenant, None, class).await?;
+        self.shares.try_acquire(tenant).ok_or_else(|| {
+            refused(Refusal::ShareBusy {
+                retry_after: Duration::from_secs(1),
+            })
+        })
+    }
+
     /// Takes a token from each bucket of a request of `class`, once per
     /// request: a second call for the same tenant, user and class (the
     /// credential's checker after `auth::admit_before_body`) takes nothing.
