@@ -10,6 +10,10 @@
 //! instance's LISTEN connection is up. While it is down (or not yet up) reads go
 //! to the database, and when it comes back everything cached is dropped, since
 //! notifications sent in between are lost.
+//!
+//! Also each user's last badge walk ([`CountsBases`]), which needs no
+//! invalidation: the feed statement checks it in its own snapshot and walks
+//! from scratch when anything it depended on changed.
 
 use std::{
     sync::{
@@ -29,6 +33,7 @@ use crate::{
     listen::{Event, Subscription},
     shutdown::Shutdown,
     store::{
+        feed::CountsBase,
         notify::{MembershipsChanged, NotifyChannel},
         teams::{self, Membership},
     },
@@ -40,13 +45,64 @@ const MEMBERSHIPS_CAPACITY: u64 = 100_000;
 
 pub struct Caches {
     pub memberships: MembershipCache,
+    pub counts: CountsBases,
 }
 
 impl Default for Caches {
     fn default() -> Self {
         Caches {
             memberships: MembershipCache::new(),
+            counts: CountsBases::new(),
         }
+    }
+}
+
+/// Memory only: an entry is never wrong, at worst useless (the statement then
+/// walks from the floors and leaves a new one).
+const COUNTS_TTL: Duration = Duration::from_secs(300);
+const COUNTS_CAPACITY: u64 = 100_000;
+
+/// Per user, what the user's last feed statement on this instance counted
+/// ([`CountsBase`]) and the teams it ran with, for the next statement to
+/// carry over (`store::feed`, the counts' base). The statement checks the
+/// base against its own snapshot, so nothing here is invalidated: a mark or
+/// an item read on another instance, a purge, a standby behind the base all
+/// make that statement walk from the floors.
+pub struct CountsBases {
+    entries: Cache<(Uuid, String), (Arc<[Membership]>, CountsBase)>,
+}
+
+impl CountsBases {
+    fn new() -> Self {
+        CountsBases {
+            entries: Cache::builder()
+                .max_capacity(COUNTS_CAPACITY)
+                .time_to_live(COUNTS_TTL)
+                .build(),
+        }
+    }
+
+    /// The user's base, if it was counted with exactly these teams.
+    pub async fn get(
+        &self,
+        tenant_id: Uuid,
+        user_id: &str,
+        teams: &[Membership],
+    ) -> Option<CountsBase> {
+        let (counted_with, base) = self.entries.get(&(tenant_id, user_id.to_string())).await?;
+        (*counted_with == *teams).then_some(base)
+    }
+
+    pub async fn put(
+        &self,
+        tenant_id: Uuid,
+        user_id: &str,
+        teams: Arc<[Membership]>,
+        base: CountsBase,
+    ) {
+        self.entries
+            .insert((tenant_id, user_id.to_string()), (teams, base))
+            .await;
     }
 }
 

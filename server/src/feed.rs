@@ -9,10 +9,11 @@ use uuid::Uuid;
 
 pub use crate::store::feed::{Badges, FeedItem, FeedStatus, Mark, PageFrom, Source};
 use crate::{
+    instruments::{self, CacheLookup},
     replicas::Lsn,
     state::AppState,
     store::{
-        feed as store,
+        feed::{self as store, BadgeWalk, CountsBase},
         notify::{self, MarksChanged, NotifyChannel},
         teams::Membership,
     },
@@ -83,6 +84,39 @@ async fn teams_of(
         .await
 }
 
+/// What the user's last statement on this instance counted, if it ran with
+/// these teams: the next statement walks only what is newer (and checks it
+/// first; `store::feed`, the counts' base).
+async fn counts_base_of(
+    state: &AppState,
+    tenant_id: Uuid,
+    user: &UserId,
+    teams: &[Membership],
+) -> Option<CountsBase> {
+    state.caches.counts.get(tenant_id, user, teams).await
+}
+
+/// Keeps what a statement counted for the user's next one.
+async fn keep_counts_base(
+    state: &AppState,
+    tenant_id: Uuid,
+    user: &UserId,
+    teams: Arc<[Membership]>,
+    walk: BadgeWalk,
+) {
+    let lookup = if walk.carried_over {
+        CacheLookup::Hit
+    } else {
+        CacheLookup::Miss
+    };
+    instruments::cache_lookup("counts", lookup);
+    state
+        .caches
+        .counts
+        .put(tenant_id, user, teams, walk.next)
+        .await;
+}
+
 /// One page (`limit` is 1..=100, checked by the caller), its head and badges,
 /// from one statement and so one snapshot — on a standby when one is in
 /// rotation and has replayed `token` and the user's own last write.
@@ -96,13 +130,25 @@ pub async fn read_page(
 ) -> Result<FeedPage, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
     let horizon = horizon_of(state, tenant_id).await?;
-    let teams = &teams;
+    let base = counts_base_of(state, tenant_id, user, &teams).await;
+    let counted_with = &teams;
     let page = state
         .replicas
         .read(Some((tenant_id, user)), token, |mut conn| async move {
-            store::read_feed(&mut *conn, tenant_id, user, teams, from, limit, horizon).await
+            store::read_feed(
+                &mut *conn,
+                tenant_id,
+                user,
+                counted_with,
+                from,
+                limit,
+                horizon,
+                base.as_ref(),
+            )
+            .await
         })
         .await?;
+    keep_counts_base(state, tenant_id, user, teams.clone(), page.walk).await;
     // Cannot be full: a page holds fewer items than a read set may.
     let individually_read = ReadSet::try_from(
         page.items
@@ -150,13 +196,24 @@ pub async fn status(
 ) -> Result<FeedStatus, FeedError> {
     let teams = teams_of(state, tenant_id, user).await?;
     let horizon = horizon_of(state, tenant_id).await?;
-    let teams = &teams;
-    Ok(state
+    let base = counts_base_of(state, tenant_id, user, &teams).await;
+    let counted_with = &teams;
+    let (status, walk) = state
         .replicas
         .read(Some((tenant_id, user)), token, |mut conn| async move {
-            store::read_status(&mut *conn, tenant_id, user, teams, horizon).await
+            store::read_status(
+                &mut *conn,
+                tenant_id,
+                user,
+                counted_with,
+                horizon,
+                base.as_ref(),
+            )
+            .await
         })
-        .await?)
+        .await?;
+    keep_counts_base(state, tenant_id, user, teams.clone(), walk).await;
+    Ok(status)
 }
 
 /// The answer to a mark: the fresh status (read on the primary) and the
@@ -193,21 +250,25 @@ pub async fn mark_up_to(
         notify_marks(&mut *tx, tenant_id, user).await?;
         tx.commit().await?;
     }
-    marked(state, tenant_id, user, &teams, horizon).await
+    marked(state, tenant_id, user, teams, horizon).await
 }
 
 /// The status after a mark, from the primary, and the mark's token (taken
 /// after its commit, so at or past it; remembered for the user's next reads
-/// on this instance).
+/// on this instance). A mark that moved changes what the base depended on, so
+/// this walks from the new floors: it resets the counts the next reads carry.
 async fn marked(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
-    teams: &[Membership],
+    teams: Arc<[Membership]>,
     horizon: i64,
 ) -> Result<Marked, FeedError> {
     let token = state.replicas.written_by(tenant_id, user).await?;
-    let status = store::read_status(&state.pool, tenant_id, user, teams, horizon).await?;
+    let base = counts_base_of(state, tenant_id, user, &teams).await;
+    let (status, walk) =
+        store::read_status(&state.pool, tenant_id, user, &teams, horizon, base.as_ref()).await?;
+    keep_counts_base(state, tenant_id, user, teams, walk).await;
     Ok(Marked { status, token })
 }
 
@@ -241,5 +302,5 @@ pub async fn mark_item_read(
         }
     }
     tx.commit().await?;
-    marked(state, tenant_id, user, &teams, horizon).await
+    marked(state, tenant_id, user, teams, horizon).await
 }

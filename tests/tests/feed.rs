@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use tidings_core::Position;
 use tidings_tests::{
     client::TenantApi,
+    eventually,
     sql::{self, until_all_served, until_served, Rows},
     AppOptions, TenantFixture, TestApp,
 };
@@ -949,4 +950,143 @@ async fn in_app_alerts_are_served_in_the_feed() {
         ids(&f.app.user(&bob).feed("").expect(200).await),
         Vec::<i64>::new()
     );
+}
+
+/// The `counts` cache lookups of an instance that carried a user's badge walk
+/// over (`hit`), from its metrics.
+async fn counts_carried_over(app: &TestApp) -> u64 {
+    let text = app.raw(Method::GET, "/metrics").reply(200).await.text;
+    text.lines()
+        .filter(|l| l.starts_with("tidings_cache_lookups_total") && l.contains("cache=\"counts\""))
+        .filter(|l| l.contains("result=\"hit\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Badge counts are carried over from a user's last read on an instance and
+/// only what is newer is walked (ARCHITECTURE.md, "The feed statement",
+/// Badges). Every change that alters a count without adding an item — a mark
+/// or an item read made through another instance, which this one never hears
+/// of, a join, a leave — must still show at once and exactly: the statement
+/// checks what it carries over in its own snapshot.
+#[tokio::test]
+async fn counts_carried_over_between_reads_stay_exact_after_changes_through_another_instance() {
+    let (one, db) = TestApp::spawn().await.expect("spawn");
+    let two = TestApp::spawn_on(&db.url, AppOptions::default())
+        .await
+        .expect("second instance");
+    let tenant = one.create_tenant().await;
+    let api = one.tenant(&tenant);
+    api.put_member("team", "u").expect(201).await;
+    let token = one.user_token(&tenant, "u").await;
+    let (on_one, on_two) = (one.user(&token), two.user(&token));
+    // (unread, unseen) from instance two's counts, and from its first page
+    // when that agrees (else the page's, which then fails the comparison).
+    let counts = || async {
+        let c = on_two.counts().expect(200).await;
+        let page = on_two.feed("?limit=1").expect(200).await;
+        let counted = (c["unread"].as_i64(), c["unseen"].as_i64());
+        let paged = (page["unread_count"].as_i64(), page["unseen_count"].as_i64());
+        let (unread, unseen) = if counted == paged {
+            counted
+        } else {
+            (None, None)
+        };
+        (unread.unwrap_or(-1), unseen.unwrap_or(-1))
+    };
+
+    let first = post_batch(&api, "team", 5).await;
+    assert_eq!(counts().await, (5, 5));
+    let hits = counts_carried_over(&two).await;
+    let later = post_batch(&api, "team", 3).await;
+    assert_eq!(
+        counts().await,
+        (8, 8),
+        "new items add to what was carried over"
+    );
+    assert!(
+        counts_carried_over(&two).await > hits,
+        "instance two carries its counts over between reads"
+    );
+
+    // Marks and item reads through instance one: two hears nothing of them.
+    on_one
+        .mark_read(&up_to(first[4]["cursor"].as_str()))
+        .expect(200)
+        .await;
+    assert_eq!(counts().await, (3, 3));
+    on_one
+        .mark_item_read(later[2]["id"].as_i64().expect("id"))
+        .expect(200)
+        .await;
+    assert_eq!(counts().await, (2, 2));
+    on_one.mark_seen(&up_to(None)).expect(200).await;
+    assert_eq!(counts().await, (2, 0));
+    post_batch(&api, "team", 2).await;
+    assert_eq!(counts().await, (4, 2));
+    on_one
+        .mark_item_read(later[0]["id"].as_i64().expect("id"))
+        .expect(200)
+        .await;
+    assert_eq!(counts().await, (3, 2));
+
+    // A join, then a leave: two learns of them through its membership cache,
+    // and the counts follow the teams it reads with.
+    api.put_member("other", "u").expect(201).await;
+    post_batch(&api, "other", 4).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            counts().await == (7, 6)
+        })
+        .await,
+        "a join counts the new team's items: {:?}",
+        counts().await
+    );
+    api.delete_member("team", "u").expect(204).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            counts().await == (4, 4)
+        })
+        .await,
+        "a leave drops the team's items: {:?}",
+        counts().await
+    );
+    on_one.mark_read(&up_to(None)).expect(200).await;
+    assert_eq!(counts().await, (0, 0));
+}
+
+/// Retention deletes feed items that a carried-over count may include; the
+/// purge bumps the tenant's counter in the same statement, so the next read
+/// walks again instead of counting what is gone.
+#[tokio::test]
+async fn counts_carried_over_drop_the_items_retention_purged() {
+    let f = TenantFixture::spawn_with(AppOptions::env([
+        ("TIDINGS_RETENTION_INTERVAL_SECS", "1"),
+        ("TIDINGS_RETENTION_PAUSE_MS", "0"),
+    ]))
+    .await;
+    let api = f.api();
+    api.put_member("team", "u").expect(201).await;
+    let token = f.token("u").await;
+    let user = f.app.user(&token);
+    post_batch(&api, "team", 5).await;
+    for _ in 0..2 {
+        let c = user.counts().expect(200).await;
+        assert_eq!(c, json!({"unread": 5, "unseen": 5, "capped": false}));
+    }
+    f.app
+        .admin()
+        .set_feed_retention(&f.tenant.id, &json!({"feed_retention_secs": 1}))
+        .expect(200)
+        .await;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            sql::count(&f.pool, Rows::Events).await == 0
+        })
+        .await,
+        "the events past retention go"
+    );
+    let c = user.counts().expect(200).await;
+    assert_eq!(c, json!({"unread": 0, "unseen": 0, "capped": false}));
+    assert_eq!(ids(&user.feed("").expect(200).await), Vec::<i64>::new());
 }

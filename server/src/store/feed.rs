@@ -82,6 +82,49 @@ impl Badges {
     }
 }
 
+/// What a statement's badge walks counted, for a later statement of the same
+/// user and teams to carry over instead of walking it again (the base; see
+/// [`counts_ctes`]): the index entries from each floor up to `counted_below`
+/// (the statement's horizon), each count stopped at `budget`, under these
+/// watermarks and this purge counter. The statement checks every field in
+/// its own snapshot, so a stale base costs a full walk, never a wrong count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountsBase {
+    pub counted_below: i64,
+    pub marks: Watermarks,
+    pub purges: i64,
+    pub budget: i64,
+    pub unseen_entries: i64,
+    pub unread_entries: i64,
+}
+
+impl CountsBase {
+    /// The statement's `$base` parameter; empty for none.
+    pub fn param(base: Option<&CountsBase>) -> Vec<i64> {
+        base.map_or_else(Vec::new, |b| {
+            vec![
+                b.counted_below,
+                b.marks.seen.tx,
+                b.marks.seen.id,
+                b.marks.read.tx,
+                b.marks.read.id,
+                b.purges,
+                b.budget,
+                b.unseen_entries,
+                b.unread_entries,
+            ]
+        })
+    }
+}
+
+/// How a statement counted: the base it leaves for the next one, and whether
+/// it carried the given base over (false: it walked from the floors).
+#[derive(Debug, Clone, Copy)]
+pub struct BadgeWalk {
+    pub next: CountsBase,
+    pub carried_over: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct FeedPage {
     /// Newest first, at most the requested limit.
@@ -92,6 +135,7 @@ pub struct FeedPage {
     pub head: Option<Position>,
     pub marks: Watermarks,
     pub badges: Badges,
+    pub walk: BadgeWalk,
 }
 
 /// The watermarks and badges after a change, as answered to the client.
@@ -180,22 +224,27 @@ head AS (
 /// plus their number, so a walk that stops at the budget has passed at least
 /// cap + 1 items that are not read one by one, and its count is capped; a walk
 /// that ends earlier saw every item and the subtraction is exact.
-const COUNTS: &str = "
+///
+/// **Carried over (the base, `$base`).** The walks' entry counts of an earlier
+/// statement, with what they depended on ([`CountsBase`]). Its items lie below
+/// its horizon (`asof`), where nothing can appear any more (invariant 2), so
+/// when this statement's snapshot shows the same watermarks, the same number
+/// of items read one by one (hence the same budget), the same purge counter
+/// (retention is the only thing that deletes feed items) and a horizon not
+/// below `asof` — and the caller passes it only for the same teams — the
+/// entries below `asof` are the ones it counted. The walks then start at
+/// `asof`, add to its counts and stop once the sum reaches the budget (a
+/// capped base walks nothing). Any mismatch (a mark or item read on any
+/// instance, a purge, a standby behind the base) makes it walk from the
+/// floors, as without a base: checked in this snapshot, never trusted.
+fn counts_ctes(base: &str) -> String {
+    format!(
+        "
 floors AS MATERIALIZED (
     SELECT read_tx, read_id,
            CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
            CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
     FROM marks
-),
-team_floors AS MATERIALIZED (
-    SELECT t.team_id,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id,
-           top.tx AS top_tx, top.id AS top_id
-    FROM teams t JOIN tops top ON top.team_id = t.team_id CROSS JOIN floors f
-    ORDER BY top.tx DESC, top.id DESC
 ),
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
@@ -210,6 +259,47 @@ reads AS MATERIALIZED (
 budget AS MATERIALIZED (
     SELECT $6 + count(*) AS n FROM reads
 ),
+purges AS MATERIALIZED (
+    SELECT coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS n
+),
+base AS MATERIALIZED (
+    SELECT coalesce(b.asof <= h.tx
+                    AND (b.seen_tx, b.seen_id, b.read_tx, b.read_id)
+                        = (m.seen_tx, m.seen_id, m.read_tx, m.read_id)
+                    AND b.purges = p.n AND b.budget = bu.n, false) AS valid,
+           b.asof, b.unseen_n, b.unread_n
+    FROM (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
+                 a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
+          FROM (SELECT {base}::bigint[] AS a) AS given) AS b
+    CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+),
+walk_floors AS MATERIALIZED (
+    SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
+           CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
+           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS read_tx,
+           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0 ELSE f.read_id END AS read_id,
+           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN b.asof ELSE f.unseen_tx END AS unseen_tx,
+           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN 0 ELSE f.unseen_id END AS unseen_id
+    FROM floors f CROSS JOIN base b
+),
+team_floors AS MATERIALIZED (
+    SELECT t.team_id,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
+           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id,
+           top.tx AS top_tx, top.id AS top_id
+    FROM teams t JOIN tops top ON top.team_id = t.team_id CROSS JOIN walk_floors f
+    ORDER BY top.tx DESC, top.id DESC
+),
+walk_limits AS MATERIALIZED (
+    -- The unread walk stands in for both when the floors are equal, so the
+    -- unseen walk goes as far as either needs.
+    SELECT greatest(0, b.n - least(w.unseen_base, w.unread_base)) AS unseen,
+           CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id) THEN 0
+                ELSE greatest(0, b.n - w.unread_base) END AS unread
+    FROM walk_floors w CROSS JOIN budget b
+),
 unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
         (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
@@ -218,19 +308,19 @@ unseen_scan AS MATERIALIZED (
               AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
               AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
-            LIMIT (SELECT n FROM budget)
+            LIMIT (SELECT unseen FROM walk_limits)
         ) e
          WHERE (tf.top_tx, tf.top_id) > (tf.unseen_tx, tf.unseen_id))
         UNION ALL
-        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+        (SELECT 1 FROM walk_floors f CROSS JOIN LATERAL (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
               AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
-            LIMIT (SELECT n FROM budget)
+            LIMIT (SELECT unseen FROM walk_limits)
         ) i)
-        LIMIT (SELECT n FROM budget)
+        LIMIT (SELECT unseen FROM walk_limits)
     ) c
 ),
 unread_scan AS MATERIALIZED (
@@ -241,36 +331,42 @@ unread_scan AS MATERIALIZED (
               AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
               AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY e.tx, e.id
-            LIMIT (SELECT n FROM budget)
+            LIMIT (SELECT unread FROM walk_limits)
         ) e
          WHERE (tf.top_tx, tf.top_id) > (tf.read_tx, tf.read_id))
         UNION ALL
-        (SELECT 1 FROM floors f CROSS JOIN LATERAL (
+        (SELECT 1 FROM walk_floors f CROSS JOIN LATERAL (
             SELECT 1 FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
               AND (i.tx, i.id) > (f.read_tx, f.read_id)
               AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
             ORDER BY i.tx, i.id
-            LIMIT (SELECT n FROM budget)
+            LIMIT (SELECT unread FROM walk_limits)
         ) i)
-        LIMIT (SELECT CASE WHEN (f.unseen_tx, f.unseen_id) = (f.read_tx, f.read_id) THEN 0 ELSE b.n END
-               FROM floors f CROSS JOIN budget b)
+        LIMIT (SELECT unread FROM walk_limits)
     ) c
 ),
+walked AS MATERIALIZED (
+    -- Entries from each floor up to the horizon, capped at the budget: what
+    -- the next statement may carry over.
+    SELECT least(w.unseen_base + u.n, b.n) AS unseen_n,
+           least(w.unread_base + CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id)
+                                      THEN u.n ELSE s.n END, b.n) AS unread_n,
+           b.n AS budget
+    FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
+),
 badges AS MATERIALIZED (
-    SELECT CASE WHEN u.n >= b.n THEN $6
-                ELSE least($6, u.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                      WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
-           CASE WHEN ur.n >= b.n THEN $6
-                ELSE least($6, ur.n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                       WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread
-    FROM budget b CROSS JOIN unseen_scan u CROSS JOIN floors fl
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN (fl.unseen_tx, fl.unseen_id) = (fl.read_tx, fl.read_id) THEN u.n
-                    ELSE s.n END AS n
-        FROM unread_scan s
-    ) ur
-)";
+    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
+                ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                             WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
+           CASE WHEN k.unread_n >= k.budget THEN $6
+                ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
+                                             WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
+           k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
+    FROM walked k CROSS JOIN purges p CROSS JOIN base b
+)"
+    )
+}
 
 /// Which feed statement a page runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,10 +493,12 @@ fn feed_sql(kind: PageKind) -> String {
         PageKind::After => "ASC",
     };
     format!(
-        "WITH {prelude}, {TOPS}, {COUNTS}, {page}
+        "WITH {prelude}, {TOPS}, {counts}, {page}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        h.tx AS head_tx, h.id AS head_id,
        c.unread, c.unseen,
+       (SELECT tx FROM horizon) AS counted_below, c.purges, c.budget, c.unseen_n, c.unread_n,
+       c.carried_over,
        p.id, p.tx, p.team_id, p.type, p.actor_id, p.object_id, p.subject, p.payload,
        p.created_at, p.source,
        EXISTS (SELECT 1 FROM reads r WHERE r.id = p.id) AS individually_read
@@ -410,6 +508,7 @@ LEFT JOIN head h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {dir}, p.id {dir}",
         prelude = prelude("$12"),
+        counts = counts_ctes("$13"),
         page = page_ctes(kind)
     )
 }
@@ -420,10 +519,13 @@ static FEED_AFTER: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::After)
 
 static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH {prelude}, {TOPS}, {COUNTS}
-SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen
+        "WITH {prelude}, {TOPS}, {counts}
+SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen,
+       (SELECT tx FROM horizon) AS counted_below, c.purges, c.budget, c.unseen_n, c.unread_n,
+       c.carried_over
 FROM marks m CROSS JOIN badges c",
-        prelude = prelude("$7")
+        prelude = prelude("$7"),
+        counts = counts_ctes("$8")
     )
 });
 
@@ -489,6 +591,8 @@ struct PageRow {
     head_id: Option<i64>,
     unread: i64,
     unseen: i64,
+    #[sqlx(flatten)]
+    walk: WalkRow,
     id: Option<i64>,
     tx: Option<i64>,
     team_id: Option<String>,
@@ -514,8 +618,38 @@ fn head_of(tx: Option<i64>, id: Option<i64>) -> Option<Position> {
     Some(Position::new(tx?, id?))
 }
 
+/// The badge columns every counting statement answers.
+#[derive(sqlx::FromRow)]
+struct WalkRow {
+    counted_below: i64,
+    purges: i64,
+    budget: i64,
+    unseen_n: i64,
+    unread_n: i64,
+    carried_over: bool,
+}
+
+impl WalkRow {
+    fn walk(&self, marks: Watermarks) -> BadgeWalk {
+        BadgeWalk {
+            next: CountsBase {
+                counted_below: self.counted_below,
+                marks,
+                purges: self.purges,
+                budget: self.budget,
+                unseen_entries: self.unseen_n,
+                unread_entries: self.unread_n,
+            },
+            carried_over: self.carried_over,
+        }
+    }
+}
+
 /// One page of the feed with its head, watermarks and badges, all from one
 /// statement and so one snapshot. `limit` is 1..=100 (checked by the caller).
+/// `base`: what an earlier statement of this user with these `teams` counted
+/// ([`CountsBase`]; checked, not trusted).
+#[allow(clippy::too_many_arguments)]
 pub async fn read_feed(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
@@ -524,6 +658,7 @@ pub async fn read_feed(
     from: PageFrom,
     limit: u32,
     horizon: i64,
+    base: Option<&CountsBase>,
 ) -> Result<FeedPage, sqlx::Error> {
     let top = Position::new(i64::MAX, i64::MAX);
     let (after, before, sql) = match from {
@@ -547,6 +682,7 @@ pub async fn read_feed(
         .bind(before.id)
         .bind(i64::from(limit) + 1)
         .bind(horizon)
+        .bind(CountsBase::param(base))
         .fetch_all(db)
         .await?;
     let first = rows
@@ -555,6 +691,7 @@ pub async fn read_feed(
     let marks = marks_of(first.seen_tx, first.seen_id, first.read_tx, first.read_id);
     let head = head_of(first.head_tx, first.head_id);
     let badges = Badges::from_counts(first.unread, first.unseen);
+    let walk = first.walk.walk(marks);
 
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
@@ -596,33 +733,52 @@ pub async fn read_feed(
         head,
         marks,
         badges,
+        walk,
     })
 }
 
-/// The user's watermarks and badge counts.
+#[derive(sqlx::FromRow)]
+struct StatusRow {
+    seen_tx: i64,
+    seen_id: i64,
+    read_tx: i64,
+    read_id: i64,
+    unread: i64,
+    unseen: i64,
+    #[sqlx(flatten)]
+    walk: WalkRow,
+}
+
+/// The user's watermarks and badge counts, carrying `base` over as
+/// [`read_feed`] does.
 pub async fn read_status(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     user_id: &str,
     teams: &[Membership],
     horizon: i64,
-) -> Result<FeedStatus, sqlx::Error> {
+    base: Option<&CountsBase>,
+) -> Result<(FeedStatus, BadgeWalk), sqlx::Error> {
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
-    let (seen_tx, seen_id, read_tx, read_id, unread, unseen): (i64, i64, i64, i64, i64, i64) =
-        sqlx::query_as(&STATUS_SQL)
-            .bind(tenant_id)
-            .bind(user_id)
-            .bind(&team_ids)
-            .bind(&joined_tx)
-            .bind(&joined_id)
-            .bind(i64::from(BADGE_CAP) + 1)
-            .bind(horizon)
-            .fetch_one(db)
-            .await?;
-    Ok(FeedStatus {
-        marks: marks_of(seen_tx, seen_id, read_tx, read_id),
-        badges: Badges::from_counts(unread, unseen),
-    })
+    let row: StatusRow = sqlx::query_as(&STATUS_SQL)
+        .bind(tenant_id)
+        .bind(user_id)
+        .bind(&team_ids)
+        .bind(&joined_tx)
+        .bind(&joined_id)
+        .bind(i64::from(BADGE_CAP) + 1)
+        .bind(horizon)
+        .bind(CountsBase::param(base))
+        .fetch_one(db)
+        .await?;
+    let marks = marks_of(row.seen_tx, row.seen_id, row.read_tx, row.read_id);
+    Ok((
+        FeedStatus {
+            marks,
+            badges: Badges::from_counts(row.unread, row.unseen),
+        },
+        row.walk.walk(marks),
+    ))
 }
 
 /// The user's watermarks and the feed's current head.

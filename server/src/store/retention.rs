@@ -104,7 +104,11 @@ impl FeedTable {
 }
 
 /// Deletes up to `batch` of the tenant's oldest feed items (by id, the
-/// primary key) created more than `older_than_secs` ago.
+/// primary key) created more than `older_than_secs` ago. A batch that deleted
+/// anything bumps the tenant's `feed_purges` in the same statement: badge
+/// counts carried over from an earlier statement (`store::feed`, the counts'
+/// base) may include what it deleted, and are trusted only under the same
+/// counter.
 pub async fn purge_feed_items(
     db: impl sqlx::PgExecutor<'_>,
     table: FeedTable,
@@ -117,19 +121,27 @@ pub async fn purge_feed_items(
         "WITH oldest AS (
              SELECT tenant_id, id, created_at FROM {table}
               WHERE tenant_id = $1 ORDER BY id LIMIT $3
+         ),
+         gone AS (
+             DELETE FROM {table} t USING oldest o
+              WHERE t.tenant_id = o.tenant_id AND t.id = o.id
+                AND o.created_at < now() - make_interval(secs => $2)
+             RETURNING 1
+         ),
+         bumped AS (
+             UPDATE tenants SET feed_purges = feed_purges + 1
+              WHERE id = $1 AND EXISTS (SELECT 1 FROM gone)
          )
-         DELETE FROM {table} t USING oldest o
-          WHERE t.tenant_id = o.tenant_id AND t.id = o.id
-            AND o.created_at < now() - make_interval(secs => $2)",
+         SELECT count(*) FROM gone",
         table = table.name()
     );
-    let done = sqlx::query(&sql)
+    let deleted: i64 = sqlx::query_scalar(&sql)
         .bind(tenant)
         .bind(older_than_secs)
         .bind(batch)
-        .execute(db)
+        .fetch_one(db)
         .await?;
-    Ok(done.rows_affected())
+    Ok(deleted as u64)
 }
 
 /// Every tenant with the seconds its feed is kept: its own setting, else

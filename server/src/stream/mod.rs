@@ -167,12 +167,13 @@ pub async fn open(
     let horizon = state.horizons.fresh(&state.pool).await?.of(tenant_id);
     let registration = state.stream.register(tenant_id, &user, &teams, horizon)?;
     let floor = registration.floor;
-    let status = feed_store::read_status(
+    let (status, _) = feed_store::read_status(
         &state.pool,
         tenant_id,
         &user,
         &teams,
         catch_up_horizon(floor),
+        None,
     )
     .await?;
     let (catch_up, last_sent, pending) = match resume {
@@ -278,6 +279,7 @@ impl Connection {
             PageFrom::After(after),
             CATCH_UP_PAGE,
             catch_up_horizon(floor),
+            None,
         )
         .await?;
         self.marks = page.marks;
@@ -438,8 +440,10 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
                 &changed.user_id,
                 &teams,
                 horizon,
+                None,
             )
             .await
+            .map(|(status, _)| status)
         };
         match status.await {
             Ok(status) => state

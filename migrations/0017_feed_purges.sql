@@ -1,0 +1,14 @@
+-- Incremental badge counts (issue 12; ARCHITECTURE.md, "The feed statement",
+-- Badges): an instance keeps, per user, the counts of an earlier feed
+-- statement and the position they were counted up to, and a later statement
+-- walks only what is newer. Items below that position are final (invariant
+-- 2), so the only way an earlier count can go wrong without a mark, an item
+-- read or a membership change is the retention purge deleting counted items.
+-- Every purge of a tenant's feed items bumps this counter in the same
+-- statement; a statement trusts an earlier count only when the counter it
+-- reads in its own snapshot is the one the count was made under.
+--
+-- Expand-only: a version before this one does not bump it, so while such an
+-- instance purges, a newer one may count items it just deleted until the
+-- user's next mark (keep the rollout shorter than the retention interval).
+ALTER TABLE tenants ADD COLUMN feed_purges bigint NOT NULL DEFAULT 0;
