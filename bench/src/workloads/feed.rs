@@ -16,7 +16,18 @@
 //! lower bound of the first page and counts (bench/sql/feed_lower_bound.sql,
 //! handed the page's ids from the service's answer), and the feed and counts
 //! statements as they were before issue 12 (feed_page_v0.sql,
-//! feed_counts_v0.sql), so every run carries its own before/after of the SQL.
+//! feed_counts_v0.sql) and before incremental counts (feed_page_v1.sql,
+//! feed_counts_v1.sql), so every run carries its own before/after of the SQL.
+//!
+//! **What pgbench runs is what a request runs.** The server carries each
+//! user's badge walk over from the user's last statement on the instance
+//! (`store::feed::CountsBase`, kept in its memory). Here nothing writes and
+//! the same user reads again and again, so after the first request every
+//! request passes the base its predecessor left: pgbench passes that same
+//! base (read once through the server's own store function). The statement
+//! a request runs when it has no usable base (the first read on an
+//! instance, or after a mark, an item read, a membership change or a purge)
+//! is measured too, as a reference ("counts not carried over").
 
 use std::time::Instant;
 
@@ -24,6 +35,11 @@ use anyhow::Context;
 use serde_json::json;
 use tidings_core::Position;
 use uuid::Uuid;
+
+use tidings_server::store::{
+    feed::{self as feed_store, CountsBase},
+    teams::Membership,
+};
 
 use super::{fmt_ms, pg_array, rps, user_token, Ctx};
 use crate::{
@@ -57,9 +73,13 @@ pub struct Reader {
     pub teams: Vec<String>,
     pub joined_tx: Vec<i64>,
     pub joined_id: Vec<i64>,
-    /// The tenant's horizon (the statements' last parameter): the snapshot's
-    /// xmax when the reader was picked, after seeding; nothing writes after.
+    /// The tenant's horizon (the statements' horizon parameter): the
+    /// snapshot's xmax when the reader was picked, after seeding; nothing
+    /// writes after.
     pub horizon: i64,
+    /// The counts the server carries over between this reader's requests:
+    /// what a statement with no base leaves (nothing changes in between).
+    pub counts_base: Vec<i64>,
 }
 
 pub async fn pick_reader(ctx: &Ctx) -> anyhow::Result<Reader> {
@@ -94,6 +114,15 @@ async fn reader_of(ctx: &Ctx, user_id: &str) -> anyhow::Result<Reader> {
             .fetch_one(&ctx.pool)
             .await?;
     anyhow::ensure!(!rows.is_empty(), "{user_id} is in no team");
+    let memberships: Vec<Membership> = rows
+        .iter()
+        .map(|(team_id, tx, id)| Membership {
+            team_id: team_id.clone(),
+            joined: Position::new(*tx, *id),
+        })
+        .collect();
+    let (_, walk) =
+        feed_store::read_status(&ctx.pool, tenant, user_id, &memberships, horizon, None).await?;
     Ok(Reader {
         tenant,
         user_id: user_id.to_string(),
@@ -101,14 +130,32 @@ async fn reader_of(ctx: &Ctx, user_id: &str) -> anyhow::Result<Reader> {
         joined_tx: rows.iter().map(|r| r.1).collect(),
         joined_id: rows.iter().map(|r| r.2).collect(),
         horizon,
+        counts_base: CountsBase::param(Some(&walk.next)),
     })
+}
+
+/// Whether a statement gets the counts the server would carry over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    /// As every request but the first in this workload: the last statement's base.
+    Over,
+    /// No base: the walks start at the floors (first read, after a mark…).
+    Nothing,
+    /// A statement from before incremental counts, which has no such parameter.
+    Unknown,
 }
 
 impl Reader {
     /// pgbench variables of the feed statements (see server/src/store/feed.rs:
     /// $1 tenant, $2 user, $3–$5 teams, $6 badge cap + 1, $7/$8 after, $9/$10
-    /// before, $11 limit + 1; the horizon last: $12 of a page, $7 of counts).
-    fn vars(&self, before: Option<Position>, limit: Option<u32>) -> Vec<(String, String)> {
+    /// before, $11 limit + 1; then the horizon and the carried-over counts:
+    /// $12/$13 of a page, $7/$8 of counts).
+    fn vars(
+        &self,
+        before: Option<Position>,
+        limit: Option<u32>,
+        carry: Carry,
+    ) -> Vec<(String, String)> {
         let before = before.unwrap_or(Position::new(i64::MAX, i64::MAX));
         let mut v = vec![
             ("p1".to_string(), self.tenant.to_string()),
@@ -133,6 +180,13 @@ impl Reader {
         } else {
             v.push(("p7".to_string(), self.horizon.to_string()));
         }
+        let base = match carry {
+            Carry::Over => pg_array(&self.counts_base),
+            Carry::Nothing => "{}".to_string(),
+            Carry::Unknown => return v,
+        };
+        let at = if limit.is_some() { "p13" } else { "p8" };
+        v.push((at.to_string(), base));
         v
     }
 
@@ -228,35 +282,35 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             path: format!("{feed_url}?limit=20"),
             token: token.clone(),
             script: "feed_page",
-            vars: reader.vars(None, Some(20)),
+            vars: reader.vars(None, Some(20), Carry::Over),
         },
         Variant {
             name: "first page, limit 50".into(),
             path: format!("{feed_url}?limit=50"),
             token: token.clone(),
             script: "feed_page",
-            vars: reader.vars(None, Some(50)),
+            vars: reader.vars(None, Some(50), Carry::Over),
         },
         Variant {
             name: format_deep(deep_pages).into(),
             path: format!("{feed_url}?limit=20&before={}", deep.to_cursor()),
             token: token.clone(),
             script: "feed_page_before",
-            vars: reader.vars(Some(deep), Some(20)),
+            vars: reader.vars(Some(deep), Some(20), Carry::Over),
         },
         Variant {
             name: "counts".into(),
             path: ctx.server.url("/v1/feed/counts"),
             token: token.clone(),
             script: "feed_counts",
-            vars: reader.vars(None, None),
+            vars: reader.vars(None, None, Carry::Over),
         },
         Variant {
             name: format!("{} teams: first page, limit 20", wide.teams.len()),
             path: format!("{feed_url}?limit=20"),
             token: wide_token.clone(),
             script: "feed_page",
-            vars: wide.vars(None, Some(20)),
+            vars: wide.vars(None, Some(20), Carry::Over),
         },
     ];
     const FIRST: usize = 0;
@@ -270,24 +324,50 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             against: FIRST,
         },
         Reference {
+            name: "first page SQL, counts not carried over",
+            script: "feed_page",
+            vars: reader.vars(None, Some(20), Carry::Nothing),
+            against: FIRST,
+        },
+        Reference {
+            name: "counts SQL, counts not carried over",
+            script: "feed_counts",
+            vars: reader.vars(None, None, Carry::Nothing),
+            against: COUNTS,
+        },
+        Reference {
+            name: "first page SQL before incremental counts",
+            script: "feed_page_v1",
+            vars: reader.vars(None, Some(20), Carry::Unknown),
+            against: FIRST,
+        },
+        Reference {
+            name: "counts SQL before incremental counts",
+            script: "feed_counts_v1",
+            vars: reader.vars(None, None, Carry::Unknown),
+            against: COUNTS,
+        },
+        Reference {
             name: "first page SQL before issue 12",
             script: "feed_page_v0",
-            vars: reader.vars(None, Some(20)),
+            vars: reader.vars(None, Some(20), Carry::Unknown),
             against: FIRST,
         },
         Reference {
             name: "counts SQL before issue 12",
             script: "feed_counts_v0",
-            vars: reader.vars(None, None),
+            vars: reader.vars(None, None, Carry::Unknown),
             against: COUNTS,
         },
         Reference {
             name: "wide reader's first page SQL before issue 12",
             script: "feed_page_v0",
-            vars: wide.vars(None, Some(20)),
+            vars: wide.vars(None, Some(20), Carry::Unknown),
             against: WIDE,
         },
     ];
+    const LOWER_BOUND: usize = 0;
+    const FIRST_NOT_CARRIED: usize = 1;
     let healthz = HttpRequest::get(ctx.server.url("/healthz"));
 
     let mut service: Vec<Vec<Measure>> = vec![vec![]; variants.len()];
@@ -358,7 +438,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "pgbench of the lower bound (feed_lower_bound.sql)",
         Some(0.5),
         &rps(&baseline[FIRST]),
-        &rps(&referenced[0]),
+        &rps(&referenced[LOWER_BOUND]),
+    ));
+    w.ratios.push(Ratio::new(
+        "feed SQL with counts not carried over ÷ its lower bound",
+        "pgbench of the first page SQL without a counts base (a request's first read, or after a mark)",
+        "pgbench of the lower bound (feed_lower_bound.sql)",
+        None,
+        &rps(&referenced[FIRST_NOT_CARRIED]),
+        &rps(&referenced[LOWER_BOUND]),
     ));
     w.ratios.push(Ratio::new(
         "counts service overhead",
@@ -437,7 +525,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
 
     let mut t = Table::new(
-        "Reference statements (pgbench, same repetitions): the lower bound and the SQL before issue 12",
+        "Reference statements (pgbench, same repetitions): the lower bound, the statements without carried-over counts, and the SQL before incremental counts and before issue 12",
         &[
             "statement",
             "pgbench tps",
@@ -472,6 +560,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "Wide reader: {WIDE_READER}, in {} teams (every team of tenant 0 and quiet teams without events).",
         wide.teams.len()
     ));
+    w.notes.push(
+        "pgbench of the feed and counts SQL passes the counts base the server carries over \
+         between a user's requests (every request here but the first has one: nothing writes); \
+         \"counts not carried over\" is the same statement without it (a user's first read on \
+         an instance, or the read after a mark, an item read, a membership change or a purge)."
+            .into(),
+    );
     w.notes.push(
         "Cache on/off: N/A — the server has no switch to disable its membership cache (moka, \
          invalidated by LISTEN/NOTIFY); the hit ratio is 1 − membership loads/req above."
