@@ -17,7 +17,8 @@
 //! source plus at most (limit + 1)² index entries (see [`page_ctes`]), whatever
 //! the history and however many teams; badge counts stop after
 //! [`tidings_core::BADGE_CAP`] + 1 entries (plus the user's individually read
-//! items) in all.
+//! items) in all, and walk only what is newer than the user's previous
+//! statement when its counts are handed back and still hold ([`CountsBase`]).
 
 use std::sync::LazyLock;
 
