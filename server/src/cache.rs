@@ -69,8 +69,11 @@ const COUNTS_CAPACITY: u64 = 100_000;
 /// an item read on another instance, a purge, a standby behind the base all
 /// make that statement walk from the floors.
 pub struct CountsBases {
-    entries: Cache<(Uuid, String), (Arc<[Membership]>, CountsBase)>,
+    entries: Cache<(Uuid, String), CountedWith>,
 }
+
+/// A base and the teams it was counted with.
+type CountedWith = (Arc<[Membership]>, CountsBase);
 
 impl CountsBases {
     fn new() -> Self {
