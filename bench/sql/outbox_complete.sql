@@ -1,7 +1,7 @@
--- The outbox worker's completion of a batch (complete_deliveries). Parameters:
--- $1 tenants, $2 ids, $3 attempts, $4 outcomes, $5 delays (ms), $6 errors.
--- source: server/src/store/outbox.rs
-        UPDATE deliveries d
+-- The outbox worker's completion of a group of results (complete_deliveries).
+-- Parameters: $1 tenants, $2 ids, $3 attempts, $4 outcomes, $5 delays (ms), $6 errors.
+-- source-fn: tidings_server::store::outbox::complete_sql()
+UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
                           WHEN d.status <> 'sending' THEN d.status
                           WHEN d.attempts > 1 THEN 'retrying'

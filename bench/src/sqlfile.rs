@@ -136,7 +136,7 @@ impl SqlFile {
 /// Statements the server composes at run time, by the name bench/sql files
 /// use on their `-- source-fn:` line.
 pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
-    use tidings_server::store::feed;
+    use tidings_server::store::{feed, outbox};
     Ok(match name {
         "tidings_server::store::feed::feed_page_sql(PageKind::First)" => {
             feed::feed_page_sql(feed::PageKind::First)
@@ -145,6 +145,8 @@ pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
             feed::feed_page_sql(feed::PageKind::Before)
         }
         "tidings_server::store::feed::counts_sql()" => feed::counts_sql(),
+        "tidings_server::store::outbox::claim_sql()" => outbox::claim_sql(),
+        "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql(),
         other => anyhow::bail!("unknown source-fn {other}"),
     })
 }

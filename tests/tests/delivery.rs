@@ -493,6 +493,46 @@ async fn a_big_backlog_does_not_starve_another_tenant() {
     assert!(d.endpoint_url.is_some() && d.endpoint_secret.is_some() && d.payload.is_some());
 }
 
+/// The fairness probe finds every tenant with due work, however many: with a
+/// backlog for A and a few due for B and C (and a tenant with nothing), B's and
+/// C's all go out in the first batch, beside A's share.
+#[tokio::test]
+async fn every_tenant_with_due_work_gets_its_share_of_one_batch() {
+    let f = webhook_fixture().await;
+    let busy = f.tenant.uuid();
+    f.endpoint_at("http://a.example/hook", None).await;
+    f.send("invoice.overdue", &recipients("u", 500)).await;
+    let idle = f.app.create_tenant().await;
+    create_endpoint(&f.app.tenant(&idle), "http://idle.example/hook", None).await;
+    let mut quiet = vec![];
+    for host in ["b", "c"] {
+        let tenant = f.app.create_tenant().await;
+        let api = f.app.tenant(&tenant);
+        create_endpoint(&api, &format!("http://{host}.example/hook"), None).await;
+        post_to_recipients(&api, &webhook_alert("invoice.overdue"), &recipients("u", 5)).await;
+        quiet.push(tenant.uuid());
+    }
+
+    let first = claim_deliveries(&f.pool, 100, 60_000, &[Channel::Webhook])
+        .await
+        .expect("claim");
+    for tenant in &quiet {
+        let theirs = first.iter().filter(|d| d.tenant_id == *tenant).count();
+        assert_eq!(
+            theirs, 5,
+            "a tenant with due work was left out of the batch"
+        );
+    }
+    let busy_share = first.iter().filter(|d| d.tenant_id == busy).count();
+    assert_eq!(
+        busy_share, 34,
+        "three tenants with due work: a third of 100 each"
+    );
+    assert!(first
+        .iter()
+        .all(|d| d.endpoint_url.is_some() && d.recipient_email.is_none()));
+}
+
 /// A completion is written only by the claim that holds the row: after the
 /// lease expired and the row was claimed again, the first worker's late
 /// result changes nothing. Every claim counts an attempt.

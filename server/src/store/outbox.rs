@@ -1,5 +1,6 @@
 //! The outbox's SQL: claim a batch, record its results. Nothing else in the
-//! worker touches the database.
+//! worker touches the database. The claim is put together from two parts,
+//! [`PICK_DUE`] and [`TAKE_PICKED`], the completion from [`RECORD_RESULTS`].
 //!
 //! "Due" is one predicate for fresh work, retries and expired leases alike —
 //! `status IN (pending, retrying, sending) AND next_attempt_at <= now()` on
@@ -14,6 +15,8 @@
 //! it `sending` (`store::deliveries::STATUS_SQL`). Rows of versions before
 //! migration 0015 may still be stored as `sending` with the lease in
 //! `next_attempt_at`; both statements accept them.
+
+use std::sync::LazyLock;
 
 use sqlx::PgExecutor;
 use tidings_core::Channel;
@@ -47,38 +50,34 @@ pub struct ClaimedDelivery {
     pub recipient_email: Option<String>,
 }
 
-/// Claims up to `batch` due deliveries on `channels`, fairly across tenants, in
-/// one statement; the claim is committed when it returns (autocommit), so no
-/// lock is held while delivering.
-///
-/// Fairness: the tenants with due work get an equal share of the batch
-/// (`ceil(batch / tenants)` each), so a tenant with a backlog of 100,000 takes
-/// at most its share while another's 10 go out in the same batch. With more
-/// such tenants than the batch has rows, the ones whose oldest due delivery
-/// has waited longest go first: nobody starves, as a tenant's oldest row only
-/// moves up while others are served. Tenants are read from `tenants` (small:
-/// one index probe each, about 10 µs) rather than by a `DISTINCT tenant_id`
-/// over the whole backlog. A batch can come back under-full when some tenants have
-/// less than their share; the worker claims again at once whenever a batch was
-/// not empty, so nothing waits for the poll interval because of it.
-pub async fn claim_deliveries(
-    db: impl PgExecutor<'_>,
-    batch: u32,
-    lease_ms: u64,
-    channels: &[Channel],
-) -> sqlx::Result<Vec<ClaimedDelivery>> {
-    let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
-    sqlx::query_as(
-        r#"
-        WITH active AS MATERIALIZED (
-            -- One ordered index probe per tenant (LIMIT 1 with ORDER BY keeps
-            -- the planner on deliveries_claimable whatever its statistics say).
-            SELECT t.id AS tenant_id, oldest.next_attempt_at AS oldest_due
-            FROM tenants t
+/// The due deliveries a claim takes, locked (`FOR UPDATE SKIP LOCKED`): the
+/// CTEs `open_tenants`, `active`, `share` and `picked` ([`claim_deliveries`]
+/// says how they share a batch). Parameters: `$1` batch, `$3` channels.
+const PICK_DUE: &str = r#"
+        open_tenants AS (
+            -- The tenants with open work, one index probe each (a skip scan:
+            -- the first tenant, then the first one after it, ...).
+            (SELECT d.tenant_id FROM deliveries d
+             WHERE d.status IN ('pending', 'retrying', 'sending')
+             ORDER BY d.tenant_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT d.tenant_id FROM deliveries d
+                    WHERE d.status IN ('pending', 'retrying', 'sending')
+                      AND d.tenant_id > o.tenant_id
+                    ORDER BY d.tenant_id LIMIT 1)
+            FROM open_tenants o
+            WHERE o.tenant_id IS NOT NULL
+        ),
+        active AS MATERIALIZED (
+            -- One ordered index probe per such tenant (LIMIT 1 with ORDER BY
+            -- keeps the planner on deliveries_claimable whatever its
+            -- statistics say): its oldest due delivery, if it has one.
+            SELECT o.tenant_id, oldest.next_attempt_at AS oldest_due
+            FROM open_tenants o
             CROSS JOIN LATERAL (
                 SELECT d.next_attempt_at
                 FROM deliveries d
-                WHERE d.tenant_id = t.id
+                WHERE d.tenant_id = o.tenant_id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
@@ -108,30 +107,122 @@ pub async fn claim_deliveries(
             ) due
             LIMIT $1
         )
+"#;
+
+/// Takes the picked rows: attempt + 1 and the lease (`$2` ms), a HOT update,
+/// returning what delivery needs.
+const TAKE_PICKED: &str = r#"
         UPDATE deliveries d
         SET attempts = d.attempts + 1,
             claimed_until = now() + $2 * interval '1 millisecond'
         FROM picked p
         LEFT JOIN alerts a
                ON a.tenant_id = p.tenant_id AND a.id = p.alert_id
-        LEFT JOIN webhook_endpoints e
-               ON p.channel = 'webhook' AND e.tenant_id = p.tenant_id AND e.id = p.endpoint_id
-        LEFT JOIN users u
-               ON p.channel = 'email' AND u.tenant_id = p.tenant_id AND u.user_id = p.recipient_id
+        -- OFFSET 0 keeps each lookup a subquery of its own, so that its
+        -- channel test runs before the index probe (a one-time filter) and a
+        -- webhook costs no probe of users, an email none of the endpoints.
+        LEFT JOIN LATERAL (
+            SELECT e.url, e.secret,
+                   CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret
+            FROM webhook_endpoints e
+            WHERE p.channel = 'webhook' AND e.tenant_id = p.tenant_id AND e.id = p.endpoint_id
+            OFFSET 0
+        ) e ON true
+        LEFT JOIN LATERAL (
+            SELECT u.email FROM users u
+            WHERE p.channel = 'email' AND u.tenant_id = p.tenant_id AND u.user_id = p.recipient_id
+            OFFSET 0
+        ) u ON true
         WHERE d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
                   e.url AS endpoint_url, e.secret AS endpoint_secret,
-                  CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END
-                      AS endpoint_previous_secret,
+                  e.previous_secret AS endpoint_previous_secret,
                   u.email AS recipient_email
-        "#,
+"#;
+
+/// Writes results (`{results}`: the six arrays of [`ResultColumns`]), each only
+/// if it is still this claim's ([`complete_deliveries`] says why).
+const RECORD_RESULTS: &str = r#"
+        UPDATE deliveries d
+        SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
+                          WHEN d.status <> 'sending' THEN d.status
+                          WHEN d.attempts > 1 THEN 'retrying'
+                          ELSE 'pending'
+                     END,
+            attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
+            sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE d.sent_at END,
+            next_attempt_at = CASE WHEN r.outcome = 'retrying'
+                                   THEN now() + r.delay_ms * interval '1 millisecond'
+                                   WHEN d.status = 'sending' THEN now()
+                                   ELSE d.next_attempt_at END,
+            last_error = COALESCE(r.error, d.last_error),
+            claimed_until = NULL
+        FROM UNNEST({results})
+             AS r(tenant_id, id, attempts, outcome, delay_ms, error)
+        WHERE d.tenant_id = r.tenant_id AND d.id = r.id
+          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+          AND d.status IN ('pending', 'retrying', 'sending')
+"#;
+
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH RECURSIVE {pick}\n{take}",
+        pick = PICK_DUE.trim(),
+        take = TAKE_PICKED.trim(),
     )
-    .bind(i64::from(batch))
-    .bind(i64::try_from(lease_ms).unwrap_or(i64::MAX))
-    .bind(&channels)
-    .fetch_all(db)
-    .await
+});
+
+static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
+    RECORD_RESULTS.trim().replace(
+        "{results}",
+        "$1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[]",
+    )
+});
+
+/// The claim's SQL, for measurements (bench/sql/outbox_claim.sql).
+pub fn claim_sql() -> &'static str {
+    &CLAIM_SQL
+}
+
+/// The completion's SQL, for measurements (bench/sql/outbox_complete.sql).
+pub fn complete_sql() -> &'static str {
+    &COMPLETE_SQL
+}
+
+/// Claims up to `batch` due deliveries on `channels`, fairly across tenants, in
+/// one statement; the claim is committed when it returns (autocommit), so no
+/// lock is held while delivering.
+///
+/// Fairness: the tenants with due work get an equal share of the batch
+/// (`ceil(batch / tenants)` each), so a tenant with a backlog of 100,000 takes
+/// at most its share while another's 10 go out in the same batch. With more
+/// such tenants than the batch has rows, the ones whose oldest due delivery
+/// has waited longest go first: nobody starves, as a tenant's oldest row only
+/// moves up while others are served. The tenants probed are those with open
+/// work, found by skipping through `deliveries_claimable` one tenant at a time
+/// (two index probes per such tenant), not every row of `tenants`: the cost of
+/// a claim follows the tenants that have something to send, not all there are.
+/// A batch can come back under-full when some tenants have less than their
+/// share; the worker claims again at once whenever a batch was not empty, so
+/// nothing waits for the poll interval because of it.
+///
+/// The endpoint and the user are read only for the channel that needs them
+/// (a webhook's endpoint, an email's address): each lookup sits behind its
+/// channel test, which PostgreSQL evaluates before probing the index.
+pub async fn claim_deliveries(
+    db: impl PgExecutor<'_>,
+    batch: u32,
+    lease_ms: u64,
+    channels: &[Channel],
+) -> sqlx::Result<Vec<ClaimedDelivery>> {
+    let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
+    sqlx::query_as(claim_sql())
+        .bind(i64::from(batch))
+        .bind(i64::try_from(lease_ms).unwrap_or(i64::MAX))
+        .bind(&channels)
+        .fetch_all(db)
+        .await
 }
 
 /// What became of one claimed delivery.
@@ -165,6 +256,48 @@ pub struct CompletedDelivery {
     pub completion: Completion,
 }
 
+/// Results as the statements take them: one array per column.
+#[derive(Debug, Default)]
+struct ResultColumns {
+    tenant_ids: Vec<Uuid>,
+    ids: Vec<i64>,
+    attempts: Vec<i32>,
+    outcomes: Vec<&'static str>,
+    delays: Vec<Option<i64>>,
+    errors: Vec<Option<String>>,
+}
+
+impl ResultColumns {
+    fn of(done: &[CompletedDelivery]) -> ResultColumns {
+        let mut c = ResultColumns::default();
+        for d in done {
+            c.tenant_ids.push(d.tenant_id);
+            c.ids.push(d.id);
+            c.attempts.push(d.attempts);
+            let (outcome, delay, error) = match &d.completion {
+                Completion::Sent => (DeliveryStatus::Sent.as_str(), None, None),
+                Completion::Retry { after_ms, error } => (
+                    DeliveryStatus::Retrying.as_str(),
+                    Some(i64::try_from(*after_ms).unwrap_or(i64::MAX)),
+                    Some(error.clone()),
+                ),
+                Completion::Dead { error } => {
+                    (DeliveryStatus::Dead.as_str(), None, Some(error.clone()))
+                }
+                Completion::Skipped { reason } => {
+                    (DeliveryStatus::Skipped.as_str(), None, Some(reason.clone()))
+                }
+                // Not a status: the statement turns it back into pending/retrying.
+                Completion::Release => ("release", None, None),
+            };
+            c.outcomes.push(outcome);
+            c.delays.push(delay);
+            c.errors.push(error);
+        }
+        c
+    }
+}
+
 /// Records results in one statement. Each row is written only if it is still
 /// this claim's: leased (`claimed_until` set), not final, and the same attempt
 /// number. A worker whose lease expired while it was delivering, and whose row
@@ -178,66 +311,15 @@ pub async fn complete_deliveries(
     db: impl PgExecutor<'_>,
     done: &[CompletedDelivery],
 ) -> sqlx::Result<u64> {
-    let mut tenant_ids = Vec::with_capacity(done.len());
-    let mut ids = Vec::with_capacity(done.len());
-    let mut attempts = Vec::with_capacity(done.len());
-    let mut outcomes = Vec::with_capacity(done.len());
-    let mut delays: Vec<Option<i64>> = Vec::with_capacity(done.len());
-    let mut errors: Vec<Option<String>> = Vec::with_capacity(done.len());
-    for d in done {
-        tenant_ids.push(d.tenant_id);
-        ids.push(d.id);
-        attempts.push(d.attempts);
-        let (outcome, delay, error) = match &d.completion {
-            Completion::Sent => (DeliveryStatus::Sent.as_str(), None, None),
-            Completion::Retry { after_ms, error } => (
-                DeliveryStatus::Retrying.as_str(),
-                Some(i64::try_from(*after_ms).unwrap_or(i64::MAX)),
-                Some(error.clone()),
-            ),
-            Completion::Dead { error } => {
-                (DeliveryStatus::Dead.as_str(), None, Some(error.clone()))
-            }
-            Completion::Skipped { reason } => {
-                (DeliveryStatus::Skipped.as_str(), None, Some(reason.clone()))
-            }
-            // Not a status: the statement turns it back into pending/retrying.
-            Completion::Release => ("release", None, None),
-        };
-        outcomes.push(outcome);
-        delays.push(delay);
-        errors.push(error);
-    }
-    let result = sqlx::query(
-        r#"
-        UPDATE deliveries d
-        SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
-                          WHEN d.status <> 'sending' THEN d.status
-                          WHEN d.attempts > 1 THEN 'retrying'
-                          ELSE 'pending'
-                     END,
-            attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
-            sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE d.sent_at END,
-            next_attempt_at = CASE WHEN r.outcome = 'retrying'
-                                   THEN now() + r.delay_ms * interval '1 millisecond'
-                                   WHEN d.status = 'sending' THEN now()
-                                   ELSE d.next_attempt_at END,
-            last_error = COALESCE(r.error, d.last_error),
-            claimed_until = NULL
-        FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
-             AS r(tenant_id, id, attempts, outcome, delay_ms, error)
-        WHERE d.tenant_id = r.tenant_id AND d.id = r.id
-          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
-          AND d.status IN ('pending', 'retrying', 'sending')
-        "#,
-    )
-    .bind(&tenant_ids)
-    .bind(&ids)
-    .bind(&attempts)
-    .bind(&outcomes)
-    .bind(&delays)
-    .bind(&errors)
-    .execute(db)
-    .await?;
+    let r = ResultColumns::of(done);
+    let result = sqlx::query(complete_sql())
+        .bind(&r.tenant_ids)
+        .bind(&r.ids)
+        .bind(&r.attempts)
+        .bind(&r.outcomes)
+        .bind(&r.delays)
+        .bind(&r.errors)
+        .execute(db)
+        .await?;
     Ok(result.rows_affected())
 }
