@@ -128,9 +128,9 @@ impl OutboxStatements {
         Self::load_files(repo, "outbox_claim.sql", "outbox_complete.sql")
     }
 
-    /// Another pair of files: the statements before issue 15
-    /// (`outbox_claim_v0.sql`, `outbox_complete_v0.sql`), drain-peer's
-    /// same-run "before" arm.
+    /// Another pair of files: the statements of an earlier version
+    /// (`outbox_claim_v0.sql` and `outbox_complete_v0.sql`, before migration
+    /// 0015; `_v1`, 0015's), drain-peer's same-run "before" arms.
     pub fn load_files(
         repo: &std::path::Path,
         claim: &str,
@@ -151,11 +151,24 @@ impl OutboxStatements {
         })
     }
 
+    /// Drains everything due as a worker whose sends all succeed at once, one
+    /// claim and one completion per batch; returns the deliveries drained.
+    pub async fn drain(&self, conn: &mut PgConnection) -> anyhow::Result<u64> {
+        let mut drained = 0;
+        loop {
+            let n = self.claim_and_complete(conn).await?;
+            if n == 0 {
+                return Ok(drained);
+            }
+            drained += n as u64;
+        }
+    }
+
     /// Claims one batch with the worker's defaults (batch 100, lease 60 s,
     /// webhooks), decodes it as the worker does, and records every row as
     /// sent, as a worker whose sends all succeeded. Returns the rows (0:
     /// nothing due).
-    pub async fn claim_and_complete(&self, conn: &mut PgConnection) -> anyhow::Result<usize> {
+    async fn claim_and_complete(&self, conn: &mut PgConnection) -> anyhow::Result<usize> {
         let rows: Vec<ClaimedDelivery> = sqlx::query_as(&self.claim)
             .bind(BATCH)
             .bind(LEASE_MS)
@@ -166,13 +179,11 @@ impl OutboxStatements {
         if n == 0 {
             return Ok(0);
         }
-        let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
+        let results = SentColumns::of(&rows);
         let written = sqlx::query(&self.complete)
-            .bind(&tenants)
-            .bind(&ids)
-            .bind(&attempts)
+            .bind(&results.tenants)
+            .bind(&results.ids)
+            .bind(&results.attempts)
             .bind(vec!["sent"; n])
             .bind(vec![None::<i64>; n])
             .bind(vec![None::<String>; n])
@@ -181,6 +192,23 @@ impl OutboxStatements {
             .rows_affected();
         anyhow::ensure!(written == n as u64, "completed {written} of {n} claimed");
         Ok(n)
+    }
+}
+
+/// The completion's guard columns of a claimed batch.
+struct SentColumns {
+    tenants: Vec<Uuid>,
+    ids: Vec<i64>,
+    attempts: Vec<i32>,
+}
+
+impl SentColumns {
+    fn of(batch: &[ClaimedDelivery]) -> SentColumns {
+        SentColumns {
+            tenants: batch.iter().map(|r| r.tenant_id).collect(),
+            ids: batch.iter().map(|r| r.id).collect(),
+            attempts: batch.iter().map(|r| r.attempts).collect(),
+        }
     }
 }
 
@@ -195,7 +223,7 @@ async fn store_only_drain(ctx: &Ctx, loops: usize) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(async move {
             let result: anyhow::Result<()> = async {
                 let mut conn = pool.acquire().await?;
-                while statements.claim_and_complete(&mut conn).await? > 0 {}
+                statements.drain(&mut conn).await?;
                 Ok(())
             }
             .await;

@@ -10,6 +10,9 @@
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
 //!   fairness included, rows decoded into the server's `ClaimedDelivery`;
+//! - **Tidings 0015 statements**: the same-run "before" of the claim that probes
+//!   only tenants with open work: the claim and completion of migration 0015
+//!   (bench/sql/outbox_claim_v1.sql, outbox_complete_v1.sql) on the same table;
 //! - **Tidings before issue 15**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
@@ -146,13 +149,16 @@ pub enum System {
     PgmqArchive,
     PgmqDelete,
     Tidings,
+    /// The statements of migration 0015, two per batch.
+    Previous,
     Before,
 }
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
-    pub const ALL: [System; 4] = [
+    pub const ALL: [System; 5] = [
         System::Tidings,
+        System::Previous,
         System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
@@ -163,6 +169,7 @@ impl System {
             System::PgmqArchive => "pgmq_archive",
             System::PgmqDelete => "pgmq_delete",
             System::Tidings => "tidings",
+            System::Previous => "tidings_0015",
             System::Before => "tidings_before",
         }
     }
@@ -172,6 +179,7 @@ impl System {
             System::PgmqArchive => "pgmq read + archive",
             System::PgmqDelete => "pgmq read + delete",
             System::Tidings => "Tidings claim + complete",
+            System::Previous => "Tidings 0015 statements",
             System::Before => "Tidings before issue 15",
         }
     }
@@ -180,6 +188,7 @@ impl System {
         match self {
             System::PgmqArchive | System::PgmqDelete => "pgmq",
             System::Tidings => "peer_tidings",
+            System::Previous => "peer_0015",
             System::Before => "peer_before",
         }
     }
@@ -188,7 +197,9 @@ impl System {
     fn hot_table(self) -> String {
         match self {
             System::PgmqArchive | System::PgmqDelete => format!("pgmq.q_{QUEUE}"),
-            System::Tidings | System::Before => format!("{}.deliveries", self.schema()),
+            System::Tidings | System::Previous | System::Before => {
+                format!("{}.deliveries", self.schema())
+            }
         }
     }
 
@@ -199,7 +210,7 @@ impl System {
             System::PgmqArchive | System::PgmqDelete => {
                 [self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
-            System::Tidings | System::Before => {
+            System::Tidings | System::Previous | System::Before => {
                 [self.hot_table(), format!("{}.alerts", self.schema())]
             }
         }
@@ -260,7 +271,7 @@ async fn prepare(
                 lo = hi + 1;
             }
         }
-        System::Tidings | System::Before => {
+        System::Tidings | System::Previous | System::Before => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -274,7 +285,7 @@ async fn prepare(
             ] {
                 sqlx::query(&stmt).execute(&mut *tx).await?;
             }
-            if system == System::Tidings {
+            if system != System::Before {
                 create_deliveries_as_migrated(&mut tx, s).await?;
             } else {
                 create_deliveries_before_0015(&mut tx, s).await?;
@@ -402,41 +413,14 @@ async fn drain(
     for mut conn in conns {
         let (client, statements) = (client.clone(), statements.clone());
         tasks.push(tokio::spawn(async move {
-            let result: anyhow::Result<u64> = async {
-                let mut done = 0u64;
-                loop {
-                    let n = match system {
-                        System::PgmqArchive | System::PgmqDelete => {
-                            let msgs: Vec<pgmq::Message<Value>> = client
-                                .read_batch_with_cxn(QUEUE, LEASE_MS / 1000, BATCH, &mut conn)
-                                .await?;
-                            if msgs.is_empty() {
-                                break;
-                            }
-                            let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
-                            let n = if system == System::PgmqArchive {
-                                client
-                                    .archive_batch_with_cxn(QUEUE, &ids, &mut conn)
-                                    .await?
-                            } else {
-                                client.delete_batch_with_cxn(QUEUE, &ids, &mut conn).await?
-                            };
-                            anyhow::ensure!(n == ids.len(), "pgmq finished {n} of {}", ids.len());
-                            n
-                        }
-                        System::Tidings | System::Before => {
-                            let n = statements.claim_and_complete(&mut conn).await?;
-                            if n == 0 {
-                                break;
-                            }
-                            n
-                        }
-                    };
-                    done += n as u64;
+            let result = match system {
+                System::PgmqArchive | System::PgmqDelete => {
+                    pgmq_drain(&client, system, &mut conn).await
                 }
-                Ok(done)
-            }
-            .await;
+                System::Tidings | System::Previous | System::Before => {
+                    statements.drain(&mut conn).await
+                }
+            };
             // Statistics reach pg_stat_user_tables when the backend goes idle
             // or exits; ask for it and leave.
             let _ = sqlx::query("SELECT pg_stat_force_next_flush()")
@@ -474,6 +458,36 @@ async fn drain(
     Ok(secs)
 }
 
+/// One loop of pgmq: read a batch, archive or delete it, until nothing is
+/// left; returns the messages finished.
+async fn pgmq_drain(
+    client: &pgmq::PGMQueueExt,
+    system: System,
+    conn: &mut PgConnection,
+) -> anyhow::Result<u64> {
+    let mut done = 0u64;
+    loop {
+        let msgs: Vec<pgmq::Message<Value>> = client
+            .read_batch_with_cxn(QUEUE, LEASE_MS / 1000, BATCH, &mut *conn)
+            .await?;
+        if msgs.is_empty() {
+            return Ok(done);
+        }
+        let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
+        let n = if system == System::PgmqArchive {
+            client
+                .archive_batch_with_cxn(QUEUE, &ids, &mut *conn)
+                .await?
+        } else {
+            client
+                .delete_batch_with_cxn(QUEUE, &ids, &mut *conn)
+                .await?
+        };
+        anyhow::ensure!(n == ids.len(), "pgmq finished {n} of {}", ids.len());
+        done += n as u64;
+    }
+}
+
 /// Everything left as it should be: pgmq's queue empty (and the archive full),
 /// every delivery `sent` after exactly one attempt.
 async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<()> {
@@ -495,7 +509,7 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
                 system.label()
             );
         }
-        System::Tidings | System::Before => {
+        System::Tidings | System::Previous | System::Before => {
             let (sent, all): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
                  FROM {}",
@@ -630,7 +644,7 @@ async fn statement_time(pool: &PgPool) -> anyhow::Result<StatementTime> {
     .await?;
     let mut t = StatementTime::default();
     for (query, calls, ms) in rows {
-        if query.contains("pgmq.read(") || query.contains("WITH active AS MATERIALIZED") {
+        if query.contains("pgmq.read(") || query.contains("active AS MATERIALIZED") {
             t.take_ms += ms;
             t.take_calls += calls;
         } else if query.contains("pgmq.archive(")
@@ -711,6 +725,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "outbox_claim_v0.sql",
         "outbox_complete_v0.sql",
     )?);
+    let statements_0015 = Arc::new(OutboxStatements::load_files(
+        &ctx.repo,
+        "outbox_claim_v1.sql",
+        "outbox_complete_v1.sql",
+    )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
@@ -742,10 +761,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let before = table_stats(&ctx.pool, system).await?;
                 crate::pg::reset_statements(&ctx.pool).await?;
                 let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
-                let run_statements = if system == System::Before {
-                    &statements_before
-                } else {
-                    &statements
+                let run_statements = match system {
+                    System::Before => &statements_before,
+                    System::Previous => &statements_0015,
+                    _ => &statements,
                 };
                 let seconds = drain(ctx, system, workers, run_statements).await?;
                 let (to, to_bytes) = flush_lsn(&ctx.pool).await?;
@@ -834,6 +853,17 @@ fn summarise(
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
+            &format!("outbox ÷ 0015 statements, {workers}"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
+            "the claim and completion of migration 0015, same run",
+            None,
+            &rate(System::Tidings, n),
+            &rate(System::Previous, n),
+        ));
+    }
+    for &n in &WORKERS {
+        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
+        w.ratios.push(Ratio::new(
             &format!("outbox after ÷ before issue 15, {workers}"),
             &format!("Tidings claim + complete msgs/s ({workers})"),
             "the statements and indexes before migration 0015, same run",
@@ -852,6 +882,9 @@ fn summarise(
             "pgmq read + delete",
             "Tidings claim + complete",
             "Tidings ÷ pgmq archive",
+            "Tidings 0015 statements",
+            "0015 ÷ pgmq archive",
+            "Tidings ÷ 0015",
             "Tidings before issue 15",
             "before ÷ pgmq archive",
             "Tidings ÷ before (speed-up)",
@@ -862,10 +895,11 @@ fn summarise(
         Spread::of(&r).show(2)
     };
     for &n in &WORKERS {
-        let (pa, pd, ti, le) = (
+        let (pa, pd, ti, v1, le) = (
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
+            rate(System::Previous, n),
             rate(System::Before, n),
         );
         t.row(vec![
@@ -874,6 +908,9 @@ fn summarise(
             Spread::of(&pd).show(0),
             Spread::of(&ti).show(0),
             per_rep(&ti, &pa),
+            Spread::of(&v1).show(0),
+            per_rep(&v1, &pa),
+            per_rep(&ti, &v1),
             Spread::of(&le).show(0),
             per_rep(&le, &pa),
             per_rep(&ti, &le),
@@ -940,8 +977,16 @@ fn summarise(
          the worker's statements (bench/sql/outbox_claim.sql, outbox_complete.sql) on fresh \
          copies of the migrated `deliveries` and `alerts` (one alert per delivery, so each \
          message carries its own payload), lease 60 s, attempt guard and the per-tenant \
-         fairness probe over every seeded tenant. All on sqlx, one connection per loop."
+         fairness probe over the tenants with open work. All on sqlx, one connection per \
+         loop."
     ));
+    w.notes.push(
+        "Tidings 0015 statements: the claim and completion as migration 0015 left them \
+         (bench/sql/outbox_claim_v1.sql, outbox_complete_v1.sql: a fairness probe of every \
+         row of `tenants`, lookups of endpoints and users for every row) on the same table: \
+         the same-run before of the claim that probes only tenants with open work."
+            .into(),
+    );
     w.notes.push(
         "Tidings before issue 15: the claim and completion of then \
          (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
@@ -964,6 +1009,7 @@ fn summarise(
 fn color(s: System) -> plots::RGBColor {
     match s {
         System::Tidings => plots::BLUE,
+        System::Previous => plots::BROWN,
         System::PgmqArchive => plots::ORANGE,
         System::PgmqDelete => plots::GREEN,
         System::Before => plots::PURPLE,
@@ -975,6 +1021,7 @@ fn short_label(s: System) -> &'static str {
         System::PgmqArchive => "pgmq archive",
         System::PgmqDelete => "pgmq delete",
         System::Tidings => "Tidings",
+        System::Previous => "0015",
         System::Before => "before",
     }
 }
@@ -1060,7 +1107,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
             },
         }
     };
-    let mut ratio_lines: Vec<plots::Series> = [System::Tidings, System::Before]
+    let mut ratio_lines: Vec<plots::Series> = [System::Tidings, System::Previous, System::Before]
         .into_iter()
         .filter(|s| systems.contains(s))
         .map(ratio_series)
