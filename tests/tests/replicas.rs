@@ -451,6 +451,7 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
     // id if it is reset as a slow consumer. Read while the rounds run.
     let read_stream = async {
         let mut received: Vec<Value> = Vec::new();
+        let mut marks: Vec<Value> = Vec::new();
         let mut last_id = Position::ORIGIN.to_cursor();
         while received.len() < TOTAL {
             let mut stream = instances[2]
@@ -473,11 +474,12 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
                         assert_eq!(event.json()["reason"], "slow_consumer", "{event:?}");
                         break;
                     }
+                    "marks" => marks.push(event.json()),
                     _ => {}
                 }
             }
         }
-        received
+        (received, marks)
     };
 
     let mut polled: Vec<Value> = Vec::new();
@@ -546,7 +548,20 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
             }
         }
     };
-    let ((), streamed) = tokio::join!(rounds, read_stream);
+    let ((), (streamed, marks)) = tokio::join!(rounds, read_stream);
+
+    // The stream's marks carry the change's token, which any instance takes.
+    assert!(!marks.is_empty(), "the stream sent the reader's marks");
+    for m in &marks {
+        let token = m["consistency_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a marks event with standbys has a token: {m}"));
+        readers[0]
+            .counts()
+            .header(TOKEN_HEADER, token.to_string())
+            .expect(200)
+            .await;
+    }
 
     // Drain: once everything is served and replayed, the poller gets the rest.
     sql::until_all_served_on(&cluster.primary_admin()).await;

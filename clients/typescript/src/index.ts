@@ -11,6 +11,8 @@ export type FeedOut = Schemas["FeedOut"];
 export type FeedItem = Schemas["FeedItemOut"];
 export type Counts = Schemas["CountsOut"];
 export type Watermarks = Schemas["WatermarksOut"];
+/** Data of the stream's `marks` event: the watermarks, and the change's consistency token with standbys. */
+export type MarksEvent = Schemas["MarksEventOut"];
 export type Problem = Schemas["Problem"];
 
 export type TidingsClient = Client<paths>;

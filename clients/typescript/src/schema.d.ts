@@ -1017,6 +1017,32 @@ export interface components {
             up_to?: string | null;
         };
         /**
+         * MarksEventOut
+         * @description Data of a `marks` event: the user's watermarks and badge counts after a
+         *     change from any tab, device or instance.
+         */
+        MarksEventOut: {
+            /**
+             * @description Everything at or below is seen: the later of the seen and read
+             *     watermarks, since reading implies seeing. Null: nothing yet.
+             */
+            seen: string | null;
+            /** @description Everything at or below is read. Null: nothing yet. */
+            read: string | null;
+            /** Format: uint32 */
+            unread_count: number;
+            /** Format: uint32 */
+            unseen_count: number;
+            /** @description True when a count passed 1,000. */
+            counts_capped: boolean;
+            /**
+             * @description The change's consistency token, when reads may be served by hot
+             *     standbys (absent otherwise): send it as `Tidings-Consistency-Token` on
+             *     the next read, on any instance, and that read reflects the change.
+             */
+            consistency_token: string | null;
+        };
+        /**
          * MemberOut
          * @description A team membership.
          * @example {
@@ -1211,10 +1237,10 @@ export interface components {
         };
         /**
          * @description The data of the stream's events, by SSE event name: `item`
-         *     (`FeedItemOut`, with `id:` its cursor), `marks` (`WatermarksOut`),
+         *     (`FeedItemOut`, with `id:` its cursor), `marks` (`MarksEventOut`),
          *     `membership` (`MembershipEventOut`) and `reset` (`ResetEventOut`).
          */
-        StreamEventOut: components["schemas"]["FeedItemOut"] | components["schemas"]["WatermarksOut"] | components["schemas"]["MembershipEventOut"] | components["schemas"]["ResetEventOut"];
+        StreamEventOut: components["schemas"]["FeedItemOut"] | components["schemas"]["MarksEventOut"] | components["schemas"]["MembershipEventOut"] | components["schemas"]["ResetEventOut"];
         /**
          * StreamTicketOut
          * @description A stream ticket: pass it as `?ticket=` within a minute, once.

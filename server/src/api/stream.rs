@@ -45,6 +45,19 @@ pub enum TicketCreated {
     Created(Json<StreamTicketOut>),
 }
 
+/// Data of a `marks` event: the user's watermarks and badge counts after a
+/// change from any tab, device or instance.
+#[derive(Debug, Object)]
+pub struct MarksEventOut {
+    #[oai(flatten)]
+    pub watermarks: WatermarksOut,
+    /// The change's consistency token, when reads may be served by hot
+    /// standbys (absent otherwise): send it as `Tidings-Consistency-Token` on
+    /// the next read, on any instance, and that read reflects the change.
+    #[oai(skip_serializing_if_is_none)]
+    pub consistency_token: Option<String>,
+}
+
 /// Data of a `membership` event: the user left this team; drop its items.
 #[derive(Debug, Object)]
 pub struct MembershipEventOut {
@@ -79,13 +92,13 @@ pub struct ResetEventOut {
 }
 
 /// The data of the stream's events, by SSE event name: `item`
-/// (`FeedItemOut`, with `id:` its cursor), `marks` (`WatermarksOut`),
+/// (`FeedItemOut`, with `id:` its cursor), `marks` (`MarksEventOut`),
 /// `membership` (`MembershipEventOut`) and `reset` (`ResetEventOut`).
 #[derive(Debug, Union)]
 #[oai(one_of)]
 pub enum StreamEventOut {
     Item(FeedItemOut),
-    Marks(WatermarksOut),
+    Marks(MarksEventOut),
     Membership(MembershipEventOut),
     Reset(ResetEventOut),
 }
@@ -104,7 +117,10 @@ fn reset_out(reason: ResetReason) -> ResetReasonOut {
 fn event_out(message: StreamMessage) -> StreamEventOut {
     match message {
         StreamMessage::Item(item, state) => StreamEventOut::Item(item_out((*item).clone(), state)),
-        StreamMessage::Marks(status) => StreamEventOut::Marks(watermarks_out(status)),
+        StreamMessage::Marks(status, token) => StreamEventOut::Marks(MarksEventOut {
+            watermarks: watermarks_out(status),
+            consistency_token: token.map(|t| t.to_string()),
+        }),
         StreamMessage::MembershipRemoved(team_id) => {
             StreamEventOut::Membership(MembershipEventOut {
                 team_id,

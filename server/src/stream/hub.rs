@@ -20,6 +20,7 @@ use tidings_core::Position;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::replicas::Lsn;
 use crate::store::{
     feed::{FeedItem, FeedStatus},
     horizon::{feed_write_lock_key, FeedHorizons},
@@ -31,7 +32,8 @@ use crate::store::{
 #[derive(Debug, Clone)]
 pub enum Outgoing {
     Item(Arc<FeedItem>),
-    Marks(FeedStatus),
+    /// The user's marks, and the change's consistency token (with standbys).
+    Marks(FeedStatus, Option<Lsn>),
     /// The user left this team.
     MembershipRemoved(String),
 }
@@ -367,8 +369,14 @@ impl Hub {
     }
 
     /// Sends the user's new marks to each of their connections.
-    pub fn send_marks(&self, tenant_id: Uuid, user_id: &str, status: FeedStatus) {
-        self.to_user(tenant_id, user_id, |_| Some(Outgoing::Marks(status)));
+    pub fn send_marks(
+        &self,
+        tenant_id: Uuid,
+        user_id: &str,
+        status: FeedStatus,
+        token: Option<Lsn>,
+    ) {
+        self.to_user(tenant_id, user_id, |_| Some(Outgoing::Marks(status, token)));
     }
 
     /// Applies the user's current memberships: a team left is announced and

@@ -28,6 +28,7 @@ use self::hub::{Outgoing, Registration};
 use crate::{
     credentials::random_token,
     listen::{Event, Subscription},
+    replicas::Lsn,
     shutdown::Shutdown,
     state::AppState,
     store::{
@@ -47,7 +48,8 @@ const CATCH_UP_PAGE: u32 = 100;
 #[derive(Debug, Clone)]
 pub enum StreamMessage {
     Item(Arc<FeedItem>, ItemState),
-    Marks(FeedStatus),
+    /// The marks, and the change's consistency token (with standbys).
+    Marks(FeedStatus, Option<Lsn>),
     MembershipRemoved(String),
     /// The last message: the client refetches, then opens a new stream.
     Reset(ResetReason),
@@ -257,9 +259,9 @@ impl Connection {
                     let state = classify(item.position, &self.marks, &ReadSet::new());
                     return Some(StreamMessage::Item(item, state));
                 }
-                Outgoing::Marks(status) => {
+                Outgoing::Marks(status, token) => {
                     self.marks = status.marks;
-                    return Some(StreamMessage::Marks(status));
+                    return Some(StreamMessage::Marks(status, token));
                 }
                 Outgoing::MembershipRemoved(team) => {
                     return Some(StreamMessage::MembershipRemoved(team));
@@ -422,6 +424,9 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
             continue;
         }
         // From the primary: a standby may not have replayed the change yet.
+        // With standbys, the token (read after the status, so at or past the
+        // change) lets the client's next read elsewhere reflect it, and this
+        // instance remembers it for the user.
         let status = async {
             let teams = team_store::list_memberships_of_user(
                 &state.pool,
@@ -434,7 +439,7 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
                 .fresh(&state.pool)
                 .await?
                 .of(changed.tenant_id);
-            feed_store::read_status(
+            let status = feed_store::read_status(
                 &state.pool,
                 changed.tenant_id,
                 &changed.user_id,
@@ -442,13 +447,20 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
                 horizon,
                 None,
             )
-            .await
-            .map(|(status, _)| status)
+            .await?
+            .0;
+            let token = state
+                .replicas
+                .written_by(changed.tenant_id, &changed.user_id)
+                .await?;
+            Ok::<_, sqlx::Error>((status, token))
         };
         match status.await {
-            Ok(status) => state
-                .stream
-                .send_marks(changed.tenant_id, &changed.user_id, status),
+            Ok((status, token)) => {
+                state
+                    .stream
+                    .send_marks(changed.tenant_id, &changed.user_id, status, token)
+            }
             Err(err) => tracing::warn!(error = %err, "reading marks for streams failed"),
         }
     }
