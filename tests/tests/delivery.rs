@@ -542,19 +542,23 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
     f.endpoint_at("http://a.example/hook", None).await;
     let key = f.send_one("invoice.overdue", "u-0").await;
 
-    let first = claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
+    // A lease long enough that the next statement runs inside it however
+    // loaded the machine (a 100 ms lease once expired between the two claims
+    // at load 19), short enough to wait out.
+    const LEASE_MS: u64 = 1_500;
+    let first = claim_deliveries(&f.pool, 10, LEASE_MS, &[Channel::Webhook])
         .await
         .expect("claim")
         .remove(0);
     assert_eq!(first.attempts, 1);
     assert!(
-        claim_deliveries(&f.pool, 10, 100, &[Channel::Webhook])
+        claim_deliveries(&f.pool, 10, LEASE_MS, &[Channel::Webhook])
             .await
             .expect("claim")
             .is_empty(),
         "leased rows are not due"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
     let second = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
         .await
         .expect("claim")
