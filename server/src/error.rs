@@ -372,12 +372,6 @@ pub async fn problem_from_poem_error(err: poem::Error) -> Response {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-/// Whole seconds to wait, rounded up: a client that waits this long finds
-/// what it waited for.
-pub(crate) fn ceil_secs(wait: std::time::Duration) -> u64 {
-    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
-}
-
 /// `RateLimit-Policy` and `RateLimit` (IETF httpapi, draft-ietf-httpapi-
 /// ratelimit-headers-10) for the buckets a request drew on: one policy per
 /// bucket, named after it, with its quota `q` (the burst) and window `w` (the
@@ -407,7 +401,7 @@ pub fn ratelimit_headers(quotas: &[crate::limits::Quota]) -> Vec<(&'static str, 
                 "\"{}\";r={};t={}",
                 q.kind.as_str(),
                 q.taken.remaining,
-                ceil_secs(q.taken.wait)
+                crate::limits::ceil_secs(q.taken.wait)
             )
         })
         .collect::<Vec<_>>()
@@ -430,13 +424,13 @@ impl From<crate::limits::Refusal> for ApiError {
                     .map_or("rate", |q| q.kind.as_str());
                 ApiError::RateLimited {
                     detail: format!("the {empty} rate limit is used up; retry after Retry-After"),
-                    retry_after_secs: ceil_secs(retry_after).max(1),
+                    retry_after_secs: crate::limits::ceil_secs(retry_after).max(1),
                     quotas,
                 }
             }
             Refusal::ShareBusy { retry_after } => ApiError::Overloaded {
                 detail: "this tenant's share of database connections stayed busy".into(),
-                retry_after_secs: ceil_secs(retry_after).max(1),
+                retry_after_secs: crate::limits::ceil_secs(retry_after).max(1),
             },
         }
     }

@@ -475,7 +475,7 @@ fn refused(refusal: Refusal) -> AdmitError {
 /// The wait a refusal's `Retry-After` announces: whole seconds, rounded up,
 /// at least one (what `ApiError::RateLimited` sends).
 pub fn retry_after_secs(wait: Duration) -> Duration {
-    Duration::from_secs(crate::error::ceil_secs(wait).max(1))
+    Duration::from_secs(ceil_secs(wait).max(1))
 }
 
 fn refusal_label(refusal: &Refusal) -> &'static str {
@@ -518,6 +518,13 @@ pub async fn hold_during<F: Future>(request: F) -> (F::Output, Held) {
     let output = HELD.scope(slot.clone(), request).await;
     let held = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
     (output, held)
+}
+
+/// Whole seconds to wait, rounded up: a client that waits this long finds
+/// what it waited for. (Here, not in `error`: `error` maps the limits'
+/// refusals, so the limits must not import it.)
+pub(crate) fn ceil_secs(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 #[cfg(test)]
