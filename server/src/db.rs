@@ -112,11 +112,6 @@ impl PrimaryPool {
         &self.sessions
     }
 
-    /// True behind a transaction pooler.
-    pub fn through_transaction_pooler(&self) -> bool {
-        self.begin.is_some()
-    }
-
     /// A transaction on the primary (with the session timeouts behind a
     /// transaction pooler).
     pub async fn begin(&self) -> sqlx::Result<Transaction<'static, Postgres>> {
