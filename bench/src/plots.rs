@@ -683,7 +683,22 @@ pub fn target_chart(
         .filter(|r| matches!(r.target, Some(t) if t > 0.0) && r.ratio.median.is_finite())
         .collect();
     let n = rows.len().max(1);
-    let root = BitMapBackend::new(path, (1280, 120 + 40 * n as u32)).into_drawing_area();
+    // The label area fits the longest ratio name (they run to ~70 characters),
+    // so names are never cut at the image's left edge; the plot keeps its width.
+    let label_font = ("sans-serif", 15).into_font();
+    let longest_label = rows
+        .iter()
+        .map(|r| {
+            label_font
+                .box_size(&r.name)
+                .map(|(w, _)| w)
+                .unwrap_or(8 * r.name.chars().count() as u32)
+        })
+        .max()
+        .unwrap_or(0);
+    let label_area = (longest_label + 24).max(300);
+    let root = BitMapBackend::new(path, (980 + label_area, 120 + 40 * n as u32))
+        .into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let norm = |r: &crate::report::Ratio, v: f64| v / r.target.unwrap_or(1.0);
     let mut extent: Vec<f64> = vec![0.6, 1.8];
@@ -701,7 +716,7 @@ pub fn target_chart(
         .margin(14)
         .margin_right(280)
         .x_label_area_size(48)
-        .y_label_area_size(300)
+        .y_label_area_size(label_area)
         .build_cartesian_2d(
             log_axis(x0, x1, x_ticks),
             linear_axis(-0.5, n as f64 - 0.5, (0..n).map(|i| i as f64).collect()),
