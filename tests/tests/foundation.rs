@@ -531,3 +531,53 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
     }
     assert!(checked >= 9, "operations with a body: {checked}");
 }
+
+/// The pool gives connections back without a ping round trip
+/// (vendor/sqlx-core: a flush instead). What the flush must still do: send
+/// the ROLLBACK of a transaction dropped uncommitted when the connection goes
+/// back, so its locks are released then, not whenever the pool next hands
+/// the connection out (an idle pool would hold them forever).
+#[tokio::test]
+async fn a_transaction_dropped_uncommitted_releases_its_locks_when_its_connection_goes_back() {
+    const KEY: i64 = 8_675_309;
+    let pool = tidings_server::db::connect(
+        &tidings_tests::admin_url(),
+        1,
+        Duration::from_secs(10),
+        tidings_server::config::SessionTimeouts::default(),
+    )
+    .await
+    .expect("connect");
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&tidings_tests::admin_url())
+        .await
+        .expect("connect");
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(KEY)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let try_lock = "SELECT pg_try_advisory_xact_lock($1)";
+    let taken: bool = sqlx::query_scalar(try_lock)
+        .bind(KEY)
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert!(!taken, "the transaction does not hold the lock");
+
+    drop(tx);
+    let mut released = false;
+    for _ in 0..500 {
+        released = sqlx::query_scalar(try_lock)
+            .bind(KEY)
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        if released {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(released, "the dropped transaction still holds its lock");
+    pool.close().await;
+}
