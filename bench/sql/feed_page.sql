@@ -1,11 +1,13 @@
--- GET /v1/feed (no cursor): the one statement a first page runs, as
--- server/src/store/feed.rs composes it (read_feed, newest first). Parameters:
--- $1 tenant, $2 user, $3-$5 the user's teams (team_id, joined_tx, joined_id),
--- $6 badge cap + 1, $7/$8 after, $9/$10 before, $11 limit + 1, $12 the tenant's horizon,
--- $13 the counts carried over from the user's last statement (store::feed::CountsBase;
--- '{}' for none).
+-- GET /v1/feed (no cursor) for a reader with no more sources (teams + the
+-- alerts) than the page's k = limit + 1: the one statement such a first page
+-- runs, as server/src/store/feed.rs composes it (read_feed, newest first; each
+-- source scanned once, PageKind::FirstFew). Parameters: $1 tenant, $2 user,
+-- $3-$5 the user's teams (team_id, joined_tx, joined_id), $6 badge cap + 1,
+-- ($7-$10, the cursor bounds, unused), $11 limit + 1, $12 the tenant's horizon,
+-- $13 the counts carried over from the user's last statement
+-- (store::feed::CountsBase; '{}' for none).
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
--- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::First)
+-- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::FirstFew)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()
@@ -165,51 +167,28 @@ badges AS MATERIALIZED (
            k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
     FROM walked k CROSS JOIN purges p CROSS JOIN base b
 ), 
-bounds AS MATERIALIZED (
-    SELECT CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN h.tx ELSE $9 END AS hi_tx,
-           CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN 0::bigint ELSE $10 END AS hi_id
-    FROM horizon h
-),
-page_teams AS MATERIALIZED (
-    SELECT t.team_id,
-           CASE WHEN (t.joined_tx, t.joined_id) > ($7::bigint, $8::bigint) THEN t.joined_tx ELSE $7 END AS lo_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > ($7::bigint, $8::bigint) THEN t.joined_id ELSE $8 END AS lo_id
-    FROM teams t
-),
-page_tops AS (SELECT * FROM tops),
-threshold AS MATERIALIZED (
-    SELECT coalesce(k.tx, 0::bigint) AS tx, coalesce(k.id, 0::bigint) AS id
-    FROM (SELECT 1) AS one LEFT JOIN (
-        SELECT tx, id FROM page_tops ORDER BY tx DESC, id DESC OFFSET $11 - 1 LIMIT 1
-    ) k ON true
-),
 page_positions AS MATERIALIZED (
     SELECT * FROM (
-        (SELECT e.* FROM page_tops top
-         JOIN page_teams pt ON pt.team_id = top.team_id
-         CROSS JOIN bounds b CROSS JOIN threshold th
-         CROSS JOIN LATERAL (
-            SELECT e.tx, e.id, false AS alert FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = pt.team_id
-              AND (e.tx, e.id) > (pt.lo_tx, pt.lo_id)
-              AND (e.tx, e.id) < (b.hi_tx, b.hi_id)
+        (SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
+            SELECT e.tx, e.id FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+              AND e.tx < (SELECT tx FROM horizon)
             ORDER BY e.tx DESC, e.id DESC
             LIMIT $11
          ) e
-         WHERE (top.tx, top.id) >= (th.tx, th.id))
+         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id))
         UNION ALL
-        -- LATERAL, so the bounds are index conditions rather than filters.
-        (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
-            SELECT i.tx, i.id, true AS alert FROM inbox_items i
-            WHERE i.tenant_id = $1 AND i.recipient_id = $2
-              AND (i.tx, i.id) > ($7::bigint, $8::bigint)
-              AND (i.tx, i.id) < (b.hi_tx, b.hi_id)
-            ORDER BY i.tx DESC, i.id DESC
-            LIMIT $11
-        ) i)
+        (SELECT i.tx, i.id, true FROM inbox_items i
+         WHERE i.tenant_id = $1 AND i.recipient_id = $2
+           AND i.tx < (SELECT tx FROM horizon)
+         ORDER BY i.tx DESC, i.id DESC
+         LIMIT $11)
     ) merged
     ORDER BY tx DESC, id DESC
     LIMIT $11
+),
+page_head AS (
+    SELECT tx, id FROM page_positions ORDER BY tx DESC, id DESC LIMIT 1
 ),
 page AS (
     SELECT p.id, p.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
@@ -232,6 +211,6 @@ SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        EXISTS (SELECT 1 FROM reads r WHERE r.id = p.id) AS individually_read
 FROM marks m
 CROSS JOIN badges c
-LEFT JOIN head h ON true
+LEFT JOIN page_head h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx DESC, p.id DESC;

@@ -141,6 +141,9 @@ pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
         "tidings_server::store::feed::feed_page_sql(PageKind::First)" => {
             feed::feed_page_sql(feed::PageKind::First)
         }
+        "tidings_server::store::feed::feed_page_sql(PageKind::FirstFew)" => {
+            feed::feed_page_sql(feed::PageKind::FirstFew)
+        }
         "tidings_server::store::feed::feed_page_sql(PageKind::Before)" => {
             feed::feed_page_sql(feed::PageKind::Before)
         }

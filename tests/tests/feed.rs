@@ -346,6 +346,58 @@ async fn a_reader_of_more_teams_than_a_page_visits_every_item_once_in_order() {
     );
 }
 
+/// The first page scans each source once when the reader's sources (teams
+/// and the alerts) are no more than the page's k = limit + 1, and probes
+/// their tops to prune them otherwise (ARCHITECTURE.md, "The feed
+/// statement"). On both sides of that edge, and at it, the first page is the
+/// newest `limit` items, with the same head and counts; a team joined after
+/// most of its events shows only those after the join, though its scan takes
+/// its newest k entries before filtering by the join.
+#[tokio::test]
+async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
+    let f = TenantFixture::spawn().await;
+    let api = f.api();
+    // Events of "late" before the user joins it: never in the user's feed.
+    post_batch(&api, "late", 6).await;
+    let teams = ["a", "b", "late"];
+    for team in teams {
+        api.put_member(team, "u").expect(201).await;
+    }
+    let token = f.token("u").await;
+    let user = f.app.user(&token);
+    let mut expected = Vec::new();
+    for (n, team) in teams.iter().enumerate() {
+        for e in post_batch(&api, team, 2 + n).await {
+            expected.push(e["id"].as_i64().expect("id"));
+        }
+    }
+    expected.push(post_event(&api, "a", "newest").await["id"].as_i64().expect("id"));
+    expected.sort_unstable_by(|a, b| b.cmp(a));
+    let head = user.feed("?limit=100").expect(200).await["head"].clone();
+    let counts = user.counts().expect(200).await;
+
+    // 3 teams + the alerts = 4 sources: limit 2 (k = 3) prunes, limit 3
+    // (k = 4) sits at the edge, limit 4 and 100 scan every source once.
+    for limit in [1, 2, 3, 4, 100] {
+        let page = user.feed(&format!("?limit={limit}")).expect(200).await;
+        let want: Vec<i64> = expected.iter().take(limit).copied().collect();
+        assert_eq!(ids(&page), want, "limit {limit}: the newest items");
+        assert_eq!(page["head"], head, "limit {limit}: the head");
+        assert_eq!(
+            page["next_before"].is_null(),
+            limit >= expected.len(),
+            "limit {limit}: more beyond the page"
+        );
+        for badge in ["unread", "unseen"] {
+            assert_eq!(
+                page[format!("{badge}_count")],
+                counts[badge],
+                "limit {limit}: {badge}"
+            );
+        }
+    }
+}
+
 /// Badge counts subtract the items read one by one instead of probing each
 /// counted item; at the cap, an item read one by one must not make a capped
 /// count look exact or an exact one look capped.

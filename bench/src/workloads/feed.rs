@@ -16,8 +16,11 @@
 //! lower bound of the first page and counts (bench/sql/feed_lower_bound.sql,
 //! handed the page's ids from the service's answer), and the feed and counts
 //! statements as they were before issue 12 (feed_page_v0.sql,
-//! feed_counts_v0.sql) and before incremental counts (feed_page_v1.sql,
-//! feed_counts_v1.sql), so every run carries its own before/after of the SQL.
+//! feed_counts_v0.sql), before incremental counts (feed_page_v1.sql,
+//! feed_counts_v1.sql) and before a reader whose sources fit the page had
+//! each source scanned once (feed_page_v2.sql), so every run carries its own
+//! before/after of the SQL. The 20-team reader's first page runs
+//! feed_page.sql (sources fit the page), the wide reader's feed_page_many.sql.
 //!
 //! **What pgbench runs is what a request runs.** The server carries each
 //! user's badge walk over from the user's last statement on the instance
@@ -309,7 +312,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             name: format!("{} teams: first page, limit 20", wide.teams.len()),
             path: format!("{feed_url}?limit=20"),
             token: wide_token.clone(),
-            script: "feed_page",
+            script: "feed_page_many",
             vars: wide.vars(None, Some(20), Carry::Over),
         },
     ];
@@ -334,6 +337,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             script: "feed_counts",
             vars: reader.vars(None, None, Carry::Nothing),
             against: COUNTS,
+        },
+        Reference {
+            name: "first page SQL before single scans (tops probed, then scanned)",
+            script: "feed_page_v2",
+            vars: reader.vars(None, Some(20), Carry::Over),
+            against: FIRST,
         },
         Reference {
             name: "first page SQL before incremental counts",

@@ -374,6 +374,10 @@ badges AS MATERIALIZED (
 pub enum PageKind {
     /// Newest first from the top: the page's per-source tops are the feed's.
     First,
+    /// The same page for a reader with no more sources (teams and the
+    /// alerts) than the page's k = limit + 1: each source is scanned once,
+    /// without a probe for its top first ([`first_page_kind`]).
+    FirstFew,
     /// Newest first below a cursor.
     Before,
     /// Oldest first above a cursor (polling).
@@ -397,12 +401,15 @@ pub enum PageKind {
 ///    not T × k.
 /// 3. `page`: payloads for the k positions alone, by primary key.
 fn page_ctes(kind: PageKind) -> String {
+    if kind == PageKind::FirstFew {
+        return format!("{FIRST_FEW_PAGE}\n{PAGE_ROWS}");
+    }
     let (dir, cmp, absent) = match kind {
-        PageKind::First | PageKind::Before => ("DESC", ">=", "0::bigint"),
+        PageKind::First | PageKind::FirstFew | PageKind::Before => ("DESC", ">=", "0::bigint"),
         PageKind::After => ("ASC", "<=", "9223372036854775807::bigint"),
     };
     let page_tops = match kind {
-        PageKind::First => "page_tops AS (SELECT * FROM tops)".to_string(),
+        PageKind::First | PageKind::FirstFew => "page_tops AS (SELECT * FROM tops)".to_string(),
         PageKind::Before | PageKind::After => format!(
             "
 page_tops AS MATERIALIZED (
@@ -474,7 +481,12 @@ page_positions AS MATERIALIZED (
     ORDER BY tx {dir}, id {dir}
     LIMIT $11
 ),
-page AS (
+{PAGE_ROWS}"
+    )
+}
+
+/// The page's rows: payloads for the k positions alone, by primary key.
+const PAGE_ROWS: &str = "page AS (
     SELECT p.id, p.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
            e.payload, e.created_at, 'event'::text AS source
     FROM page_positions p JOIN events e ON e.tenant_id = $1 AND e.id = p.id
@@ -484,13 +496,63 @@ page AS (
            i.payload, i.created_at, 'alert'::text
     FROM page_positions p JOIN inbox_items i ON i.tenant_id = $1 AND i.id = p.id
     WHERE p.alert
-)"
-    )
+)";
+
+/// The first page when the reader has no more sources than k (= limit + 1;
+/// [`first_page_kind`]): the threshold of [`page_ctes`] would prune nothing,
+/// so nothing probes the tops first. Each source is scanned once, newest
+/// first with `LIMIT k`, and the page is the k newest of those positions;
+/// the head is the page's first position. `tops` is still defined for the
+/// badge walks, which probe it only when they walk (not when the counts are
+/// carried over).
+///
+/// Both bounds are cheap for the index: the horizon is a scalar bound on
+/// `tx` (`(tx, id) < (horizon, 0)` is `tx < horizon`, ids being positive),
+/// and the join position filters the `LIMIT k` scan's rows from outside the
+/// LIMIT, so it is not checked against every entry of the leaf pages read.
+/// Filtering outside the LIMIT is exact: a team's positions after the join
+/// are its newest, so they are among its k newest whenever there are any. A
+/// scan costs one descent and at most k index entries, whatever the join.
+/// `$7`..`$10` (the cursor bounds) are not used: a first page has none.
+const FIRST_FEW_PAGE: &str = "
+page_positions AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
+            SELECT e.tx, e.id FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+              AND e.tx < (SELECT tx FROM horizon)
+            ORDER BY e.tx DESC, e.id DESC
+            LIMIT $11
+         ) e
+         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id))
+        UNION ALL
+        (SELECT i.tx, i.id, true FROM inbox_items i
+         WHERE i.tenant_id = $1 AND i.recipient_id = $2
+           AND i.tx < (SELECT tx FROM horizon)
+         ORDER BY i.tx DESC, i.id DESC
+         LIMIT $11)
+    ) merged
+    ORDER BY tx DESC, id DESC
+    LIMIT $11
+),
+page_head AS (
+    SELECT tx, id FROM page_positions ORDER BY tx DESC, id DESC LIMIT 1
+),";
+
+/// Which statement a first page runs: [`PageKind::FirstFew`] when the
+/// reader's sources (`teams` and the alerts) are no more than the page's
+/// k = `limit` + 1, else [`PageKind::First`].
+pub fn first_page_kind(teams: usize, limit: u32) -> PageKind {
+    if teams < limit as usize + 1 {
+        PageKind::FirstFew
+    } else {
+        PageKind::First
+    }
 }
 
 fn feed_sql(kind: PageKind) -> String {
     let dir = match kind {
-        PageKind::First | PageKind::Before => "DESC",
+        PageKind::First | PageKind::FirstFew | PageKind::Before => "DESC",
         PageKind::After => "ASC",
     };
     format!(
@@ -505,9 +567,10 @@ SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        EXISTS (SELECT 1 FROM reads r WHERE r.id = p.id) AS individually_read
 FROM marks m
 CROSS JOIN badges c
-LEFT JOIN head h ON true
+LEFT JOIN {head} h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {dir}, p.id {dir}",
+        head = if kind == PageKind::FirstFew { "page_head" } else { "head" },
         prelude = prelude("$12"),
         counts = counts_ctes("$13"),
         page = page_ctes(kind)
@@ -515,6 +578,7 @@ ORDER BY p.tx {dir}, p.id {dir}",
 }
 
 static FEED_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::First));
+static FEED_FIRST_FEW: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::FirstFew));
 static FEED_BEFORE: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::Before));
 static FEED_AFTER: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::After));
 
@@ -560,6 +624,7 @@ WHERE i.tenant_id = $1 AND i.id = $6 AND i.recipient_id = $2
 pub fn feed_page_sql(kind: PageKind) -> &'static str {
     match kind {
         PageKind::First => &FEED_FIRST,
+        PageKind::FirstFew => &FEED_FIRST_FEW,
         PageKind::Before => &FEED_BEFORE,
         PageKind::After => &FEED_AFTER,
     }
@@ -663,7 +728,11 @@ pub async fn read_feed(
 ) -> Result<FeedPage, sqlx::Error> {
     let top = Position::new(i64::MAX, i64::MAX);
     let (after, before, sql) = match from {
-        PageFrom::Before(None) => (Position::ORIGIN, top, feed_page_sql(PageKind::First)),
+        PageFrom::Before(None) => (
+            Position::ORIGIN,
+            top,
+            feed_page_sql(first_page_kind(teams.len(), limit)),
+        ),
         PageFrom::Before(Some(before)) => {
             (Position::ORIGIN, before, feed_page_sql(PageKind::Before))
         }
