@@ -371,7 +371,11 @@ async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
             expected.push(e["id"].as_i64().expect("id"));
         }
     }
-    expected.push(post_event(&api, "a", "newest").await["id"].as_i64().expect("id"));
+    expected.push(
+        post_event(&api, "a", "newest").await["id"]
+            .as_i64()
+            .expect("id"),
+    );
     expected.sort_unstable_by(|a, b| b.cmp(a));
     let head = user.feed("?limit=100").expect(200).await["head"].clone();
     let counts = user.counts().expect(200).await;

@@ -570,7 +570,11 @@ CROSS JOIN badges c
 LEFT JOIN {head} h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {dir}, p.id {dir}",
-        head = if kind == PageKind::FirstFew { "page_head" } else { "head" },
+        head = if kind == PageKind::FirstFew {
+            "page_head"
+        } else {
+            "head"
+        },
         prelude = prelude("$12"),
         counts = counts_ctes("$13"),
         page = page_ctes(kind)
