@@ -697,8 +697,8 @@ pub fn target_chart(
         .max()
         .unwrap_or(0);
     let label_area = (longest_label + 24).max(300);
-    let root = BitMapBackend::new(path, (980 + label_area, 120 + 40 * n as u32))
-        .into_drawing_area();
+    let root =
+        BitMapBackend::new(path, (980 + label_area, 120 + 40 * n as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let norm = |r: &crate::report::Ratio, v: f64| v / r.target.unwrap_or(1.0);
     let mut extent: Vec<f64> = vec![0.6, 1.8];
