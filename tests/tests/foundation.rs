@@ -581,3 +581,62 @@ async fn a_transaction_dropped_uncommitted_releases_its_locks_when_its_connectio
     assert!(released, "the dropped transaction still holds its lock");
     pool.close().await;
 }
+
+/// A transaction's BEGIN dropped half way (the request's client went away, a
+/// timeout fired) must not leave its connection inside a transaction that the
+/// pool hands out again: every later statement on it would run uncommitted
+/// and keep its locks (sqlx 0.8's begin alone is not cancel-safe;
+/// `db::PrimaryPool::begin`). The begin is dropped at many points, from
+/// before its first answer on; after each, a transaction-scoped lock the
+/// pool's next statement takes must be gone when that statement ends.
+#[tokio::test]
+async fn a_begin_dropped_half_way_leaves_no_transaction_behind() {
+    const KEY: i64 = 8_675_310;
+    let pool = tidings_server::db::PrimaryPool::direct(
+        tidings_server::db::connect(
+            &tidings_tests::admin_url(),
+            1,
+            Duration::from_secs(10),
+            tidings_server::config::SessionTimeouts::default(),
+        )
+        .await
+        .expect("connect"),
+    );
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&tidings_tests::admin_url())
+        .await
+        .expect("connect");
+    for polls in 0..40 {
+        // A statement first, so the begin below gets a connection without a
+        // ping, once the connection is back in the pool (its return is a task).
+        sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+        while pool.inner().num_idle() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Polled once, the begin sends BEGIN and waits for its answer; polled
+        // more often between yields, it gets further, up to done.
+        let mut begin = Box::pin(pool.begin());
+        for _ in 0..=polls {
+            if futures::FutureExt::now_or_never(&mut begin).is_some() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(begin);
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(KEY)
+            .execute(&pool)
+            .await
+            .unwrap();
+        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(KEY)
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        assert!(
+            free,
+            "a begin dropped after {} polls left its connection in a transaction",
+            polls + 1
+        );
+    }
+    pool.close().await;
+}
