@@ -150,7 +150,6 @@ pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
         "tidings_server::store::feed::counts_sql()" => feed::counts_sql(),
         "tidings_server::store::outbox::claim_sql()" => outbox::claim_sql(),
         "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql(),
-        "tidings_server::store::outbox::record_and_claim_sql()" => outbox::record_and_claim_sql(),
         other => anyhow::bail!("unknown source-fn {other}"),
     })
 }

@@ -20,7 +20,7 @@ use std::{
 
 use anyhow::Context;
 use serde_json::json;
-use sqlx::{FromRow, PgConnection, Row};
+use sqlx::PgConnection;
 use tidings_server::store::outbox::ClaimedDelivery;
 use tokio::sync::Mutex;
 use uuid::Uuid;
@@ -121,16 +121,11 @@ async fn start_workers(ctx: &Ctx, n: usize) -> anyhow::Result<Vec<Tidings>> {
 pub struct OutboxStatements {
     claim: Arc<str>,
     complete: Arc<str>,
-    /// The statement that records a batch's results and claims the next
-    /// (bench/sql/outbox_record_and_claim.sql); `None` for earlier versions.
-    record_and_claim: Option<Arc<str>>,
 }
 
 impl OutboxStatements {
     pub fn load(repo: &std::path::Path) -> anyhow::Result<OutboxStatements> {
-        let mut statements = Self::load_files(repo, "outbox_claim.sql", "outbox_complete.sql")?;
-        statements.record_and_claim = Some(first_statement(repo, "outbox_record_and_claim.sql")?);
-        Ok(statements)
+        Self::load_files(repo, "outbox_claim.sql", "outbox_complete.sql")
     }
 
     /// Another pair of files: the statements of an earlier version
@@ -141,82 +136,19 @@ impl OutboxStatements {
         claim: &str,
         complete: &str,
     ) -> anyhow::Result<OutboxStatements> {
+        let first = |name: &str| -> anyhow::Result<Arc<str>> {
+            let file = SqlFile::load(&repo.join("bench/sql").join(name))?;
+            Ok(file
+                .statements
+                .first()
+                .with_context(|| format!("bench/sql/{name} is empty"))?
+                .trim_end_matches(';')
+                .into())
+        };
         Ok(OutboxStatements {
-            claim: first_statement(repo, claim)?,
-            complete: first_statement(repo, complete)?,
-            record_and_claim: None,
+            claim: first(claim)?,
+            complete: first(complete)?,
         })
-    }
-
-    /// Drains everything due as a worker whose sends all succeed at once, each
-    /// batch's results recorded by the statement that claims the next (the
-    /// worker's `record_and_claim_deliveries`), results it left over recorded
-    /// by the completion; returns the deliveries drained.
-    pub async fn drain_recording_with_claim(&self, conn: &mut PgConnection) -> anyhow::Result<u64> {
-        let statement = self
-            .record_and_claim
-            .as_deref()
-            .context("no record-and-claim statement for these statements")?;
-        let (mut drained, mut carried) = (0u64, SentColumns::of(&[]));
-        loop {
-            let n = carried.ids.len();
-            let rows: Vec<sqlx::postgres::PgRow> = sqlx::query(statement)
-                .bind(BATCH)
-                .bind(LEASE_MS)
-                .bind(vec!["webhook".to_string()])
-                .bind(&carried.tenants)
-                .bind(&carried.ids)
-                .bind(&carried.attempts)
-                .bind(vec!["sent"; n])
-                .bind(vec![None::<i64>; n])
-                .bind(vec![None::<String>; n])
-                .fetch_all(&mut *conn)
-                .await?;
-            let recorded: Option<Vec<i64>> = match rows.first() {
-                Some(row) => row.try_get("recorded_ids")?,
-                None => None,
-            };
-            let recorded: std::collections::HashSet<i64> =
-                recorded.unwrap_or_default().into_iter().collect();
-            if recorded.len() < n {
-                let left = carried.without(&recorded);
-                let written = self.complete_sent(conn, &left).await?;
-                anyhow::ensure!(
-                    written == left.ids.len() as u64,
-                    "completed {written} of {} left over",
-                    left.ids.len()
-                );
-            }
-            let mut claimed = Vec::with_capacity(rows.len());
-            for row in &rows {
-                if row.try_get::<Option<i64>, _>("id")?.is_some() {
-                    claimed.push(ClaimedDelivery::from_row(row)?);
-                }
-            }
-            if claimed.is_empty() {
-                return Ok(drained);
-            }
-            drained += claimed.len() as u64;
-            carried = SentColumns::of(&claimed);
-        }
-    }
-
-    async fn complete_sent(
-        &self,
-        conn: &mut PgConnection,
-        sent: &SentColumns,
-    ) -> anyhow::Result<u64> {
-        let n = sent.ids.len();
-        Ok(sqlx::query(&self.complete)
-            .bind(&sent.tenants)
-            .bind(&sent.ids)
-            .bind(&sent.attempts)
-            .bind(vec!["sent"; n])
-            .bind(vec![None::<i64>; n])
-            .bind(vec![None::<String>; n])
-            .execute(&mut *conn)
-            .await?
-            .rows_affected())
     }
 
     /// Drains everything due as a worker whose sends all succeed at once, one
@@ -247,7 +179,17 @@ impl OutboxStatements {
         if n == 0 {
             return Ok(0);
         }
-        let written = self.complete_sent(conn, &SentColumns::of(&rows)).await?;
+        let results = SentColumns::of(&rows);
+        let written = sqlx::query(&self.complete)
+            .bind(&results.tenants)
+            .bind(&results.ids)
+            .bind(&results.attempts)
+            .bind(vec!["sent"; n])
+            .bind(vec![None::<i64>; n])
+            .bind(vec![None::<String>; n])
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
         anyhow::ensure!(written == n as u64, "completed {written} of {n} claimed");
         Ok(n)
     }
@@ -268,30 +210,6 @@ impl SentColumns {
             attempts: batch.iter().map(|r| r.attempts).collect(),
         }
     }
-
-    /// The rows whose id is not in `recorded`.
-    fn without(&self, recorded: &std::collections::HashSet<i64>) -> SentColumns {
-        let mut left = SentColumns::of(&[]);
-        for i in 0..self.ids.len() {
-            if !recorded.contains(&self.ids[i]) {
-                left.tenants.push(self.tenants[i]);
-                left.ids.push(self.ids[i]);
-                left.attempts.push(self.attempts[i]);
-            }
-        }
-        left
-    }
-}
-
-/// The first statement of a bench/sql file.
-fn first_statement(repo: &std::path::Path, name: &str) -> anyhow::Result<Arc<str>> {
-    let file = SqlFile::load(&repo.join("bench/sql").join(name))?;
-    Ok(file
-        .statements
-        .first()
-        .with_context(|| format!("bench/sql/{name} is empty"))?
-        .trim_end_matches(';')
-        .into())
 }
 
 /// The store-only baseline: `loops` tasks, each on its own connection, claim

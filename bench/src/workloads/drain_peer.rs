@@ -156,11 +156,7 @@ pub const ALERT_ID_SQL: &str = "encode(set_bit(set_bit(overlay(uuid_send(gen_ran
 pub enum System {
     PgmqArchive,
     PgmqDelete,
-    /// The worker's statements: the claim that also records the last
-    /// batch's results, one statement per batch.
     Tidings,
-    /// The landed claim and completion of before that, two per batch.
-    TwoStatements,
     /// The statements of migration 0015, two per batch.
     Previous,
     Before,
@@ -168,9 +164,8 @@ pub enum System {
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 5] = [
         System::Tidings,
-        System::TwoStatements,
         System::Previous,
         System::Before,
         System::PgmqArchive,
@@ -182,7 +177,6 @@ impl System {
             System::PgmqArchive => "pgmq_archive",
             System::PgmqDelete => "pgmq_delete",
             System::Tidings => "tidings",
-            System::TwoStatements => "tidings_two_statements",
             System::Previous => "tidings_0015",
             System::Before => "tidings_before",
         }
@@ -192,8 +186,7 @@ impl System {
         match self {
             System::PgmqArchive => "pgmq read + archive",
             System::PgmqDelete => "pgmq read + delete",
-            System::Tidings => "Tidings record + claim",
-            System::TwoStatements => "Tidings claim, then complete",
+            System::Tidings => "Tidings claim + complete",
             System::Previous => "Tidings 0015 statements",
             System::Before => "Tidings before issue 15",
         }
@@ -203,7 +196,6 @@ impl System {
         match self {
             System::PgmqArchive | System::PgmqDelete => "pgmq",
             System::Tidings => "peer_tidings",
-            System::TwoStatements => "peer_two",
             System::Previous => "peer_0015",
             System::Before => "peer_before",
         }
@@ -213,7 +205,7 @@ impl System {
     fn hot_table(self) -> String {
         match self {
             System::PgmqArchive | System::PgmqDelete => format!("pgmq.q_{QUEUE}"),
-            System::Tidings | System::TwoStatements | System::Previous | System::Before => {
+            System::Tidings | System::Previous | System::Before => {
                 format!("{}.deliveries", self.schema())
             }
         }
@@ -226,7 +218,7 @@ impl System {
             System::PgmqArchive | System::PgmqDelete => {
                 [self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
-            System::Tidings | System::TwoStatements | System::Previous | System::Before => {
+            System::Tidings | System::Previous | System::Before => {
                 [self.hot_table(), format!("{}.alerts", self.schema())]
             }
         }
@@ -287,7 +279,7 @@ async fn prepare(
                 lo = hi + 1;
             }
         }
-        System::Tidings | System::TwoStatements | System::Previous | System::Before => {
+        System::Tidings | System::Previous | System::Before => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -433,8 +425,7 @@ async fn drain(
                 System::PgmqArchive | System::PgmqDelete => {
                     pgmq_drain(&client, system, &mut conn).await
                 }
-                System::Tidings => statements.drain_recording_with_claim(&mut conn).await,
-                System::TwoStatements | System::Previous | System::Before => {
+                System::Tidings | System::Previous | System::Before => {
                     statements.drain(&mut conn).await
                 }
             };
@@ -526,7 +517,7 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
                 system.label()
             );
         }
-        System::Tidings | System::TwoStatements | System::Previous | System::Before => {
+        System::Tidings | System::Previous | System::Before => {
             let (sent, all): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
                  FROM {}",
@@ -811,16 +802,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         }
     }
     // Leave nothing behind for the workloads after this one.
-    for system in System::ALL {
-        if system.schema() != "pgmq" {
-            sqlx::query(&format!(
-                "DROP SCHEMA IF EXISTS {} CASCADE",
-                system.schema()
-            ))
-            .execute(&ctx.pool)
-            .await?;
-        }
-    }
+    sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
+        .execute(&ctx.pool)
+        .await?;
+    sqlx::query("DROP SCHEMA IF EXISTS peer_before CASCADE")
+        .execute(&ctx.pool)
+        .await?;
     sqlx::query("SELECT pgmq.drop_queue($1)")
         .bind(QUEUE)
         .execute(&ctx.pool)
@@ -864,7 +851,7 @@ fn summarise(
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
             &format!("outbox ÷ pgmq archive, {workers}"),
-            &format!("Tidings record + claim msgs/s ({workers})"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
             "pgmq read + archive msgs/s",
             Some(1.0),
             &rate(System::Tidings, n),
@@ -874,19 +861,8 @@ fn summarise(
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
-            &format!("outbox ÷ claim, then complete, {workers}"),
-            &format!("Tidings record + claim msgs/s ({workers})"),
-            "the claim and completion as two statements, same run",
-            None,
-            &rate(System::Tidings, n),
-            &rate(System::TwoStatements, n),
-        ));
-    }
-    for &n in &WORKERS {
-        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
-        w.ratios.push(Ratio::new(
             &format!("outbox ÷ 0015 statements, {workers}"),
-            &format!("Tidings record + claim msgs/s ({workers})"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
             "the claim and completion of migration 0015, same run",
             None,
             &rate(System::Tidings, n),
@@ -897,7 +873,7 @@ fn summarise(
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
             &format!("outbox after ÷ before issue 15, {workers}"),
-            &format!("Tidings record + claim msgs/s ({workers})"),
+            &format!("Tidings claim + complete msgs/s ({workers})"),
             "the statements and indexes before migration 0015, same run",
             None,
             &rate(System::Tidings, n),
@@ -912,11 +888,8 @@ fn summarise(
             "workers",
             "pgmq read + archive",
             "pgmq read + delete",
-            "Tidings record + claim",
+            "Tidings claim + complete",
             "Tidings ÷ pgmq archive",
-            "Tidings claim, then complete",
-            "2 statements ÷ pgmq archive",
-            "Tidings ÷ 2 statements",
             "Tidings 0015 statements",
             "0015 ÷ pgmq archive",
             "Tidings ÷ 0015",
@@ -930,11 +903,10 @@ fn summarise(
         Spread::of(&r).show(2)
     };
     for &n in &WORKERS {
-        let (pa, pd, ti, two, v1, le) = (
+        let (pa, pd, ti, v1, le) = (
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
-            rate(System::TwoStatements, n),
             rate(System::Previous, n),
             rate(System::Before, n),
         );
@@ -944,9 +916,6 @@ fn summarise(
             Spread::of(&pd).show(0),
             Spread::of(&ti).show(0),
             per_rep(&ti, &pa),
-            Spread::of(&two).show(0),
-            per_rep(&two, &pa),
-            per_rep(&ti, &two),
             Spread::of(&v1).show(0),
             per_rep(&v1, &pa),
             per_rep(&ti, &v1),
@@ -1013,20 +982,12 @@ fn summarise(
     w.notes.push(format!(
         "pgmq {pgmq_version} installed as plain SQL from the `pgmq` crate; its client's \
          read_batch (visibility timeout 60 s) then archive_batch or delete_batch. Tidings: \
-         the worker's statement that records the last batch's results and claims the next \
-         (bench/sql/outbox_record_and_claim.sql; results whose rows it could not lock at \
-         once go to outbox_complete.sql) on fresh copies of the migrated `deliveries` and \
-         `alerts` (one alert per delivery, so each message carries its own payload; alert \
-         ids time-ordered like the server's UUIDv7), lease 60 s, attempt guard and the \
-         per-tenant fairness probe over the tenants with open work. Its database time is \
-         all under take. All on sqlx, one connection per loop."
+         the worker's statements (bench/sql/outbox_claim.sql, outbox_complete.sql) on fresh \
+         copies of the migrated `deliveries` and `alerts` (one alert per delivery, so each \
+         message carries its own payload), lease 60 s, attempt guard and the per-tenant \
+         fairness probe over the tenants with open work. All on sqlx, one connection per \
+         loop."
     ));
-    w.notes.push(
-        "Tidings claim, then complete: the claim and the completion as two statements \
-         (bench/sql/outbox_claim.sql, outbox_complete.sql), two commits per batch, on the same \
-         table: the same-run before of recording with the next claim."
-            .into(),
-    );
     w.notes.push(
         "Tidings 0015 statements: the claim and completion as migration 0015 left them \
          (bench/sql/outbox_claim_v1.sql, outbox_complete_v1.sql: a fairness probe of every \
@@ -1056,7 +1017,6 @@ fn summarise(
 fn color(s: System) -> plots::RGBColor {
     match s {
         System::Tidings => plots::BLUE,
-        System::TwoStatements => plots::RED,
         System::Previous => plots::BROWN,
         System::PgmqArchive => plots::ORANGE,
         System::PgmqDelete => plots::GREEN,
@@ -1069,7 +1029,6 @@ fn short_label(s: System) -> &'static str {
         System::PgmqArchive => "pgmq archive",
         System::PgmqDelete => "pgmq delete",
         System::Tidings => "Tidings",
-        System::TwoStatements => "2 statements",
         System::Previous => "0015",
         System::Before => "before",
     }
@@ -1156,16 +1115,11 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
             },
         }
     };
-    let mut ratio_lines: Vec<plots::Series> = [
-        System::Tidings,
-        System::TwoStatements,
-        System::Previous,
-        System::Before,
-    ]
-    .into_iter()
-    .filter(|s| systems.contains(s))
-    .map(ratio_series)
-    .collect();
+    let mut ratio_lines: Vec<plots::Series> = [System::Tidings, System::Previous, System::Before]
+        .into_iter()
+        .filter(|s| systems.contains(s))
+        .map(ratio_series)
+        .collect();
     ratio_lines.push(plots::Series {
         name: "target: 1 = as fast as pgmq read + archive".into(),
         points: WORKERS.iter().map(|&n| (n as f64, 1.0)).collect(),

@@ -4,8 +4,6 @@
 //! attempt), deliver it outside any transaction with bounded concurrency,
 //! record each result as it completes (grouped with the others completed
 //! meanwhile, one statement per group, guarded by the attempt number), repeat.
-//! The batch's last group is recorded by the statement that claims the next
-//! batch (`record_and_claim_deliveries`): one commit per batch fewer.
 //! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
@@ -128,12 +126,6 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     handles
 }
 
-/// Results not yet recorded, and when their batch was claimed (their lease).
-struct Carried {
-    results: Vec<CompletedDelivery>,
-    claimed_at: Instant,
-}
-
 struct Worker {
     pool: PrimaryPool,
     config: OutboxConfig,
@@ -147,54 +139,21 @@ impl Worker {
     async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
         let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
-        // The last group of the previous batch, recorded by the next claim.
-        let mut carried: Option<Carried> = None;
         while !shutdown.is_requested() {
             // Notifications from now on wake the wait below, even those that
             // arrive while this claim runs.
             wake.borrow_and_update();
             let claimed_at = Instant::now();
-            let claimed = match &carried {
-                None => store::claim_deliveries(
-                    &self.pool,
-                    self.config.batch,
-                    lease_ms,
-                    &self.claimable,
-                )
-                .await
-                .map(|claimed| store::RecordedAndClaimed {
-                    claimed,
-                    unrecorded: Vec::new(),
-                }),
-                Some(c) => {
-                    store::record_and_claim_deliveries(
-                        &self.pool,
-                        &c.results,
-                        self.config.batch,
-                        lease_ms,
-                        &self.claimable,
-                    )
-                    .await
-                }
-            };
-            let batch = match claimed {
-                Ok(store::RecordedAndClaimed {
-                    claimed,
-                    unrecorded,
-                }) => {
-                    if let Some(c) = carried.take() {
-                        if !unrecorded.is_empty() {
-                            self.record(unrecorded, c.claimed_at, &shutdown).await;
-                        }
-                    }
-                    claimed
-                }
+            let batch = match store::claim_deliveries(
+                &self.pool,
+                self.config.batch,
+                lease_ms,
+                &self.claimable,
+            )
+            .await
+            {
+                Ok(batch) => batch,
                 Err(err) => {
-                    // Nothing of the statement was committed: the carried
-                    // results are recorded on their own, then the claim waits.
-                    if let Some(c) = carried.take() {
-                        self.record(c.results, c.claimed_at, &shutdown).await;
-                    }
                     tracing::warn!(error = %err, "claiming deliveries failed; backing off");
                     if shutdown.sleep(backoff.next_pause()).await {
                         break;
@@ -216,24 +175,13 @@ impl Worker {
                 }
                 continue;
             }
-            carried = self
-                .deliver_and_record(batch, claimed_at, &shutdown)
-                .await
-                .map(|results| Carried {
-                    results,
-                    claimed_at,
-                });
-        }
-        if let Some(c) = carried {
-            self.record(c.results, c.claimed_at, &shutdown).await;
+            self.deliver_and_record(batch, claimed_at, &shutdown).await;
         }
     }
 
     /// Sends a batch with bounded concurrency and records each result as it
     /// completes, together with whatever else has completed meanwhile (one
-    /// statement per group, written while the other sends go on). The last
-    /// group, complete once every send is done, is returned instead: the next
-    /// claim records it (one commit saved per batch), as soon as this returns.
+    /// statement per group, written while the other sends go on).
     ///
     /// A send holds one of `concurrency` permits from before it starts until
     /// its result is recorded, so sends on the network plus results not yet
@@ -246,7 +194,7 @@ impl Worker {
         batch: Vec<ClaimedDelivery>,
         claimed_at: Instant,
         shutdown: &Shutdown,
-    ) -> Option<Vec<CompletedDelivery>> {
+    ) {
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         let sends = async move {
@@ -273,17 +221,11 @@ impl Worker {
                 }
                 let (results, permits): (Vec<CompletedDelivery>, Vec<_>) =
                     group.into_iter().unzip();
-                // Every sender gone and nothing queued: the batch's last group.
-                if done_rx.is_closed() && done_rx.is_empty() {
-                    return Some(results);
-                }
                 self.record(results, claimed_at, shutdown).await;
                 drop(permits);
             }
-            None
         };
-        let ((), last) = tokio::join!(sends, recorder);
-        last
+        tokio::join!(sends, recorder);
     }
 
     /// Sends one delivery (or does not: shutdown, lease too short, out of

@@ -1,7 +1,6 @@
-//! The outbox's SQL: claim a batch, record its results, or both at once.
-//! Nothing else in the worker touches the database. The claim is put together
-//! from two parts, [`PICK_DUE`] and [`TAKE_PICKED`], the completion from
-//! [`RECORD_RESULTS`]; [`record_and_claim_deliveries`] joins all three.
+//! The outbox's SQL: claim a batch, record its results. Nothing else in the
+//! worker touches the database. The claim is put together from two parts,
+//! [`PICK_DUE`] and [`TAKE_PICKED`], the completion from [`RECORD_RESULTS`].
 //!
 //! "Due" is one predicate for fresh work, retries and expired leases alike —
 //! `status IN (pending, retrying, sending) AND next_attempt_at <= now()` on
@@ -142,8 +141,8 @@ const TAKE_PICKED: &str = r#"
                   u.email AS recipient_email
 "#;
 
-/// Writes results (`{results}`: rows of the six columns of [`ResultColumns`]),
-/// each only if it is still this claim's ([`complete_deliveries`] says why).
+/// Writes results (`{results}`: the six arrays of [`ResultColumns`]), each only
+/// if it is still this claim's ([`complete_deliveries`] says why).
 const RECORD_RESULTS: &str = r#"
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
@@ -159,7 +158,7 @@ const RECORD_RESULTS: &str = r#"
                                    ELSE d.next_attempt_at END,
             last_error = COALESCE(r.error, d.last_error),
             claimed_until = NULL
-        FROM {results}
+        FROM UNNEST({results})
              AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         WHERE d.tenant_id = r.tenant_id AND d.id = r.id
           AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
@@ -177,37 +176,7 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
 static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
     RECORD_RESULTS.trim().replace(
         "{results}",
-        "UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])",
-    )
-});
-
-/// The results of the last batch, recorded, and the next batch, claimed, in
-/// one statement that never waits for a lock ([`record_and_claim_deliveries`]
-/// says why it must not). `lockable` is the results whose rows it could lock
-/// at once; the others are left for [`complete_deliveries`].
-static RECORD_AND_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"WITH RECURSIVE lockable AS (
-            SELECT r.* FROM UNNEST($4::uuid[], $5::int8[], $6::int4[], $7::text[], $8::int8[], $9::text[])
-                 AS r(tenant_id, id, attempts, outcome, delay_ms, error)
-            JOIN deliveries d ON d.tenant_id = r.tenant_id AND d.id = r.id
-            FOR UPDATE OF d SKIP LOCKED
-        ),
-        recorded AS (
-        {record}
-        RETURNING d.tenant_id, d.id
-        ),
-        {pick},
-        taken AS (
-        {take}
-        )
-        SELECT taken.*, rec.recorded_tenants, rec.recorded_ids
-        FROM (SELECT array_agg(tenant_id) AS recorded_tenants, array_agg(id) AS recorded_ids
-              FROM recorded) rec
-        LEFT JOIN taken ON true"#,
-        record = RECORD_RESULTS.trim().replace("{results}", "lockable"),
-        pick = PICK_DUE.trim(),
-        take = TAKE_PICKED.trim(),
+        "$1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[]",
     )
 });
 
@@ -219,12 +188,6 @@ pub fn claim_sql() -> &'static str {
 /// The completion's SQL, for measurements (bench/sql/outbox_complete.sql).
 pub fn complete_sql() -> &'static str {
     &COMPLETE_SQL
-}
-
-/// Recording and claiming in one, for measurements
-/// (bench/sql/outbox_record_and_claim.sql).
-pub fn record_and_claim_sql() -> &'static str {
-    &RECORD_AND_CLAIM_SQL
 }
 
 /// Claims up to `batch` due deliveries on `channels`, fairly across tenants, in
@@ -260,84 +223,6 @@ pub async fn claim_deliveries(
         .bind(&channels)
         .fetch_all(db)
         .await
-}
-
-/// What [`record_and_claim_deliveries`] did: the next batch, and the results
-/// it could not record without waiting, which [`complete_deliveries`] must
-/// still write.
-#[derive(Debug, Default)]
-pub struct RecordedAndClaimed {
-    pub claimed: Vec<ClaimedDelivery>,
-    pub unrecorded: Vec<CompletedDelivery>,
-}
-
-/// Records the last batch's results and claims the next batch in one
-/// statement (one commit per batch instead of two): what
-/// [`complete_deliveries`] and [`claim_deliveries`] do, in that order.
-///
-/// It must never wait for a row lock. A claim's `FOR UPDATE SKIP LOCKED` that
-/// meets a row updated after its snapshot (another worker's claim) follows it
-/// to the new version, locks it, then finds it leased and leaves it — but
-/// keeps the lock until its statement ends. A statement that also records
-/// results would then wait for a row another worker's claim holds, while
-/// itself holding one of that worker's: a deadlock (seen at 4 workers). So
-/// results are recorded only for rows it can lock at once (`SKIP LOCKED`),
-/// and the rest come back in [`RecordedAndClaimed::unrecorded`] for the
-/// caller to record with [`complete_deliveries`], which holds nothing but its
-/// own rows while it waits. A result whose lease has run out and whose row
-/// this same statement claims again loses to the new claim (one statement
-/// cannot update a row twice): the delivery is sent again, at least once.
-pub async fn record_and_claim_deliveries(
-    db: impl PgExecutor<'_>,
-    done: &[CompletedDelivery],
-    batch: u32,
-    lease_ms: u64,
-    channels: &[Channel],
-) -> sqlx::Result<RecordedAndClaimed> {
-    use sqlx::{FromRow, Row};
-
-    let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
-    let r = ResultColumns::of(done);
-    let rows = sqlx::query(record_and_claim_sql())
-        .bind(i64::from(batch))
-        .bind(i64::try_from(lease_ms).unwrap_or(i64::MAX))
-        .bind(&channels)
-        .bind(&r.tenant_ids)
-        .bind(&r.ids)
-        .bind(&r.attempts)
-        .bind(&r.outcomes)
-        .bind(&r.delays)
-        .bind(&r.errors)
-        .fetch_all(db)
-        .await?;
-    // One row at least (the left side of the join): the recorded keys on
-    // every row, the claimed delivery on the rows that have one.
-    let mut recorded = std::collections::HashSet::new();
-    if let Some(first) = rows.first() {
-        let tenants: Option<Vec<Uuid>> = first.try_get("recorded_tenants")?;
-        let ids: Option<Vec<i64>> = first.try_get("recorded_ids")?;
-        recorded.extend(
-            tenants
-                .unwrap_or_default()
-                .into_iter()
-                .zip(ids.unwrap_or_default()),
-        );
-    }
-    let mut claimed = Vec::with_capacity(rows.len());
-    for row in &rows {
-        if row.try_get::<Option<i64>, _>("id")?.is_some() {
-            claimed.push(ClaimedDelivery::from_row(row)?);
-        }
-    }
-    let unrecorded = done
-        .iter()
-        .filter(|d| !recorded.contains(&(d.tenant_id, d.id)))
-        .cloned()
-        .collect();
-    Ok(RecordedAndClaimed {
-        claimed,
-        unrecorded,
-    })
 }
 
 /// What became of one claimed delivery.
