@@ -235,6 +235,10 @@ class Inbox {
     source.addEventListener("open", () => {
       this.live = "stream";
       this.render();
+      // The stream resumes items after the head, not marks: a mark made in
+      // another tab between this page's load and now would otherwise stay
+      // unseen until the next one. Refresh reads the counts as of now.
+      this.refresh().catch((err) => this.setStatus(err.message));
     });
     source.addEventListener("item", (e) => {
       this.model.merge([JSON.parse(e.data)]);
