@@ -18,9 +18,9 @@ use crate::Either;
 ///
 /// See [`.push_values()`][Self::push_values] for an example of building a bulk `INSERT` statement.
 /// Note, however, that with Postgres you can get much better performance by using arrays
-/// and `UNNEST()`. [See our FAQ] for details.
-///
-/// [See our FAQ]: https://github.com/launchbadge/sqlx/blob/master/FAQ.md#how-can-i-bind-an-array-to-a-values-clause-how-can-i-do-bulk-inserts
+/// and `UNNEST()`: bind each column as one array and select the rows from
+/// `UNNEST($1::type[], $2::type[], ...)` instead of a `VALUES` list (Tidings patch: this
+/// paragraph no longer cites upstream's FAQ.md, which is not vendored; vendor/README.md).
 pub struct QueryBuilder<'args, DB>
 where
     DB: Database,
