@@ -532,6 +532,35 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
     assert!(checked >= 9, "operations with a body: {checked}");
 }
 
+/// A pool of one connection to the test server, so that the next statement
+/// gets the connection the previous one gave back.
+async fn one_connection_pool() -> sqlx::PgPool {
+    tidings_server::db::connect(
+        &tidings_tests::admin_url(),
+        1,
+        Duration::from_secs(10),
+        tidings_server::config::SessionTimeouts::default(),
+    )
+    .await
+    .expect("connect")
+}
+
+/// Whether transaction-scoped advisory lock `key` is free, asked on `other`
+/// (taken and, the statement being its own transaction, released at once).
+async fn advisory_lock_is_free(other: &mut sqlx::PgConnection, key: i64) -> bool {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(key)
+        .fetch_one(other)
+        .await
+        .unwrap()
+}
+
+async fn other_connection() -> sqlx::PgConnection {
+    <sqlx::PgConnection as sqlx::Connection>::connect(&tidings_tests::admin_url())
+        .await
+        .expect("connect")
+}
+
 /// The pool gives connections back without a ping round trip
 /// (vendor/sqlx-core: a flush instead). What the flush must still do: send
 /// the ROLLBACK of a transaction dropped uncommitted when the connection goes
@@ -540,44 +569,25 @@ async fn a_body_without_content_type_gets_a_documented_415_problem_on_every_oper
 #[tokio::test]
 async fn a_transaction_dropped_uncommitted_releases_its_locks_when_its_connection_goes_back() {
     const KEY: i64 = 8_675_309;
-    let pool = tidings_server::db::connect(
-        &tidings_tests::admin_url(),
-        1,
-        Duration::from_secs(10),
-        tidings_server::config::SessionTimeouts::default(),
-    )
-    .await
-    .expect("connect");
-    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&tidings_tests::admin_url())
-        .await
-        .expect("connect");
+    let pool = one_connection_pool().await;
+    let mut other = other_connection().await;
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(KEY)
         .execute(&mut *tx)
         .await
         .unwrap();
-    let try_lock = "SELECT pg_try_advisory_xact_lock($1)";
-    let taken: bool = sqlx::query_scalar(try_lock)
-        .bind(KEY)
-        .fetch_one(&mut other)
-        .await
-        .unwrap();
-    assert!(!taken, "the transaction does not hold the lock");
+    assert!(
+        !advisory_lock_is_free(&mut other, KEY).await,
+        "the transaction does not hold the lock"
+    );
 
     drop(tx);
-    let mut released = false;
-    for _ in 0..500 {
-        released = sqlx::query_scalar(try_lock)
-            .bind(KEY)
-            .fetch_one(&mut other)
-            .await
-            .unwrap();
-        if released {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let other = tokio::sync::Mutex::new(other);
+    let released = tidings_tests::eventually(Duration::from_secs(10), || async {
+        advisory_lock_is_free(&mut *other.lock().await, KEY).await
+    })
+    .await;
     assert!(released, "the dropped transaction still holds its lock");
     pool.close().await;
 }
@@ -592,19 +602,8 @@ async fn a_transaction_dropped_uncommitted_releases_its_locks_when_its_connectio
 #[tokio::test]
 async fn a_begin_dropped_half_way_leaves_no_transaction_behind() {
     const KEY: i64 = 8_675_310;
-    let pool = tidings_server::db::PrimaryPool::direct(
-        tidings_server::db::connect(
-            &tidings_tests::admin_url(),
-            1,
-            Duration::from_secs(10),
-            tidings_server::config::SessionTimeouts::default(),
-        )
-        .await
-        .expect("connect"),
-    );
-    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&tidings_tests::admin_url())
-        .await
-        .expect("connect");
+    let pool = tidings_server::db::PrimaryPool::direct(one_connection_pool().await);
+    let mut other = other_connection().await;
     for polls in 0..40 {
         // A statement first, so the begin below gets a connection without a
         // ping, once the connection is back in the pool (its return is a task).
@@ -627,13 +626,8 @@ async fn a_begin_dropped_half_way_leaves_no_transaction_behind() {
             .execute(&pool)
             .await
             .unwrap();
-        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-            .bind(KEY)
-            .fetch_one(&mut other)
-            .await
-            .unwrap();
         assert!(
-            free,
+            advisory_lock_is_free(&mut other, KEY).await,
             "a begin dropped after {} polls left its connection in a transaction",
             polls + 1
         );

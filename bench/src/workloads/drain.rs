@@ -179,11 +179,13 @@ impl OutboxStatements {
         if n == 0 {
             return Ok(0);
         }
-        let results = SentColumns::of(&rows);
+        let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
         let written = sqlx::query(&self.complete)
-            .bind(&results.tenants)
-            .bind(&results.ids)
-            .bind(&results.attempts)
+            .bind(&tenants)
+            .bind(&ids)
+            .bind(&attempts)
             .bind(vec!["sent"; n])
             .bind(vec![None::<i64>; n])
             .bind(vec![None::<String>; n])
@@ -192,23 +194,6 @@ impl OutboxStatements {
             .rows_affected();
         anyhow::ensure!(written == n as u64, "completed {written} of {n} claimed");
         Ok(n)
-    }
-}
-
-/// The completion's guard columns of a claimed batch.
-struct SentColumns {
-    tenants: Vec<Uuid>,
-    ids: Vec<i64>,
-    attempts: Vec<i32>,
-}
-
-impl SentColumns {
-    fn of(batch: &[ClaimedDelivery]) -> SentColumns {
-        SentColumns {
-            tenants: batch.iter().map(|r| r.tenant_id).collect(),
-            ids: batch.iter().map(|r| r.id).collect(),
-            attempts: batch.iter().map(|r| r.attempts).collect(),
-        }
     }
 }
 

@@ -1,6 +1,5 @@
-//! The outbox's SQL: claim a batch, record its results. Nothing else in the
-//! worker touches the database. The claim is put together from two parts,
-//! [`PICK_DUE`] and [`TAKE_PICKED`], the completion from [`RECORD_RESULTS`].
+//! The outbox's SQL: claim a batch (`CLAIM_SQL`), record its results
+//! (`COMPLETE_SQL`). Nothing else in the worker touches the database.
 //!
 //! "Due" is one predicate for fresh work, retries and expired leases alike —
 //! `status IN (pending, retrying, sending) AND next_attempt_at <= now()` on
@@ -15,8 +14,6 @@
 //! it `sending` (`store::deliveries::STATUS_SQL`). Rows of versions before
 //! migration 0015 may still be stored as `sending` with the lease in
 //! `next_attempt_at`; both statements accept them.
-
-use std::sync::LazyLock;
 
 use sqlx::PgExecutor;
 use tidings_core::Channel;
@@ -50,11 +47,13 @@ pub struct ClaimedDelivery {
     pub recipient_email: Option<String>,
 }
 
-/// The due deliveries a claim takes, locked (`FOR UPDATE SKIP LOCKED`): the
-/// CTEs `open_tenants`, `active`, `share` and `picked` ([`claim_deliveries`]
-/// says how they share a batch). Parameters: `$1` batch, `$3` channels.
-const PICK_DUE: &str = r#"
-        open_tenants AS (
+/// The claim ([`claim_deliveries`] says how it shares a batch): the CTEs
+/// `open_tenants`, `active`, `share` and `picked` find the due deliveries and
+/// lock them (`FOR UPDATE SKIP LOCKED`); the UPDATE takes them, attempt + 1 and
+/// the lease, a HOT update, returning what delivery needs. Parameters: `$1`
+/// batch, `$2` lease in ms, `$3` channels.
+const CLAIM_SQL: &str = r#"
+        WITH RECURSIVE open_tenants AS (
             -- The tenants with open work, one index probe each (a skip scan:
             -- the first tenant, then the first one after it, ...).
             (SELECT d.tenant_id FROM deliveries d
@@ -107,11 +106,6 @@ const PICK_DUE: &str = r#"
             ) due
             LIMIT $1
         )
-"#;
-
-/// Takes the picked rows: attempt + 1 and the lease (`$2` ms), a HOT update,
-/// returning what delivery needs.
-const TAKE_PICKED: &str = r#"
         UPDATE deliveries d
         SET attempts = d.attempts + 1,
             claimed_until = now() + $2 * interval '1 millisecond'
@@ -141,9 +135,9 @@ const TAKE_PICKED: &str = r#"
                   u.email AS recipient_email
 "#;
 
-/// Writes results (`{results}`: the six arrays of [`ResultColumns`]), each only
-/// if it is still this claim's ([`complete_deliveries`] says why).
-const RECORD_RESULTS: &str = r#"
+/// Writes results (the six arrays of [`ResultColumns`]), each only if it is
+/// still this claim's ([`complete_deliveries`] says why).
+const COMPLETE_SQL: &str = r#"
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
                           WHEN d.status <> 'sending' THEN d.status
@@ -158,36 +152,21 @@ const RECORD_RESULTS: &str = r#"
                                    ELSE d.next_attempt_at END,
             last_error = COALESCE(r.error, d.last_error),
             claimed_until = NULL
-        FROM UNNEST({results})
+        FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
              AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         WHERE d.tenant_id = r.tenant_id AND d.id = r.id
           AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
           AND d.status IN ('pending', 'retrying', 'sending')
 "#;
 
-static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH RECURSIVE {pick}\n{take}",
-        pick = PICK_DUE.trim(),
-        take = TAKE_PICKED.trim(),
-    )
-});
-
-static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
-    RECORD_RESULTS.trim().replace(
-        "{results}",
-        "$1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[]",
-    )
-});
-
 /// The claim's SQL, for measurements (bench/sql/outbox_claim.sql).
 pub fn claim_sql() -> &'static str {
-    &CLAIM_SQL
+    CLAIM_SQL.trim()
 }
 
 /// The completion's SQL, for measurements (bench/sql/outbox_complete.sql).
 pub fn complete_sql() -> &'static str {
-    &COMPLETE_SQL
+    COMPLETE_SQL.trim()
 }
 
 /// Claims up to `batch` due deliveries on `channels`, fairly across tenants, in
