@@ -205,7 +205,16 @@ impl<DB: Database> Drop for PoolConnection<DB> {
 
         // We still need to spawn a task to maintain `min_connections`.
         if self.live.is_some() || self.pool.options.min_connections > 0 {
-            crate::rt::spawn(self.return_to_pool());
+            // Tidings patch (vendor/README.md): return the connection here
+            // when that needs no IO, which is every release of a connection
+            // with nothing pending (the flush below is then immediately
+            // ready), and spawn only what must wait. A task per release cost
+            // a spawn, a run-queue push and often a wake-up of another worker
+            // thread for every statement run on the pool.
+            let mut returning = Box::pin(self.return_to_pool());
+            if futures_util::FutureExt::now_or_never(returning.as_mut()).is_none() {
+                crate::rt::spawn(returning);
+            }
         }
     }
 }
