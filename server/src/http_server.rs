@@ -18,7 +18,7 @@ use std::{
     io,
     net::SocketAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
     task::{Context, Poll},
     time::Duration,
 };
@@ -129,6 +129,14 @@ fn log_panic(done: Result<(), tokio::task::JoinError>) {
 }
 
 /// Where a connection stands, for its supervisor.
+///
+/// Shared by the connection's socket, its requests and its supervisor, all
+/// on the connection's own task, so the lock is never contended. Changes do
+/// not wake the supervisor: a request's start, its end and the first byte
+/// of the next head each happen several times per request, and a wake-up,
+/// a timer set and a timer cancelled for each of them cost more than the
+/// rest of the listener. The supervisor looks instead at times it chose so
+/// that no deadline can pass unseen ([`Phase::next_check`]).
 #[derive(Debug, Clone, Copy)]
 struct Phase {
     /// Requests whose response is not finished.
@@ -150,6 +158,26 @@ impl Phase {
             Some((self.waiting_since + limits.idle, "idle_timeout"))
         }
     }
+
+    /// When the supervisor, looking at `now`, looks next: at the deadline,
+    /// but no later than the shortest limit from now. Every change after
+    /// `now` (a request starts; one ends, and the idle time starts; a head
+    /// begins) sets a deadline at least the shortest limit after the change,
+    /// so never before this check: the check sees each deadline on time.
+    fn next_check(&self, limits: &Limits, now: Instant) -> Instant {
+        let bound = now + limits.header_read.min(limits.idle);
+        match self.deadline(limits) {
+            Some((at, _)) => at.min(bound),
+            None => bound,
+        }
+    }
+}
+
+type SharedPhase = Arc<Mutex<Phase>>;
+
+fn lock(phase: &Mutex<Phase>) -> MutexGuard<'_, Phase> {
+    // A panic while holding it left a plain value behind: use it.
+    phase.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn connection(
@@ -161,16 +189,18 @@ async fn connection(
     mut stopped: watch::Receiver<bool>,
 ) {
     socket.set_nodelay(true).ok();
-    let (phase, mut changes) = watch::channel(Phase {
+    let opened = Instant::now();
+    let phase: SharedPhase = Arc::new(Mutex::new(Phase {
         busy: 0,
-        waiting_since: Instant::now(),
+        waiting_since: opened,
         head_started: None,
-    });
-    let phase = Arc::new(phase);
+    }));
+    let check = tokio::time::sleep_until(lock(&phase).next_check(&limits, opened));
     let io = hyper_util::rt::TokioIo::new(Watched {
         inner: socket,
         phase: phase.clone(),
     });
+    let supervised = phase.clone();
     let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let endpoint = endpoint.clone();
         let busy = Busy::start(phase.clone());
@@ -193,27 +223,26 @@ async fn connection(
         .header_read_timeout(None)
         .serve_connection(io, service)
         .with_upgrades();
-    tokio::pin!(conn);
+    tokio::pin!(conn, check);
+    let stop = stopped.wait_for(|stop| *stop);
+    tokio::pin!(stop);
     loop {
-        let deadline = changes.borrow_and_update().deadline(&limits);
-        let sleep = async {
-            match deadline {
-                Some((at, _)) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = conn.as_mut() => return,
-            _ = changes.changed() => {}
-            _ = sleep => {
-                if let Some((_, reason)) = deadline {
-                    tracing::debug!(%remote, reason, "closing connection");
-                    instruments::http_connection_timed_out(reason);
+            _ = check.as_mut() => {
+                let now = Instant::now();
+                let phase = *lock(&supervised);
+                match phase.deadline(&limits) {
+                    Some((at, reason)) if at <= now => {
+                        tracing::debug!(%remote, reason, "closing connection");
+                        instruments::http_connection_timed_out(reason);
+                        // Waiting, so no request is lost: just close.
+                        return;
+                    }
+                    _ => check.as_mut().reset(phase.next_check(&limits, now)),
                 }
-                // Waiting, so no request is lost: just close.
-                return;
             }
-            _ = stopped.wait_for(|stop| *stop) => break,
+            _ = stop.as_mut() => break,
         }
     }
     // Shutdown: hyper closes the connection if it is waiting, or after the
@@ -223,27 +252,27 @@ async fn connection(
 }
 
 /// Marks a connection busy from a request's head to the end of its response.
-struct Busy(Arc<watch::Sender<Phase>>);
+struct Busy(SharedPhase);
 
 impl Busy {
-    fn start(phase: Arc<watch::Sender<Phase>>) -> Self {
-        phase.send_modify(|p| {
+    fn start(phase: SharedPhase) -> Self {
+        {
+            let mut p = lock(&phase);
             p.busy += 1;
             p.head_started = None;
-        });
+        }
         Busy(phase)
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|p| {
-            p.busy -= 1;
-            if p.busy == 0 {
-                p.waiting_since = Instant::now();
-                p.head_started = None;
-            }
-        });
+        let mut p = lock(&self.0);
+        p.busy -= 1;
+        if p.busy == 0 {
+            p.waiting_since = Instant::now();
+            p.head_started = None;
+        }
     }
 }
 
@@ -279,7 +308,7 @@ where
 /// The socket, noting the first byte that arrives while the connection waits.
 struct Watched {
     inner: TcpStream,
-    phase: Arc<watch::Sender<Phase>>,
+    phase: SharedPhase,
 }
 
 impl AsyncRead for Watched {
@@ -291,13 +320,10 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.phase.send_if_modified(|p| {
-                let starts = p.busy == 0 && p.head_started.is_none();
-                if starts {
-                    p.head_started = Some(Instant::now());
-                }
-                starts
-            });
+            let mut p = lock(&self.phase);
+            if p.busy == 0 && p.head_started.is_none() {
+                p.head_started = Some(Instant::now());
+            }
         }
         polled
     }
@@ -363,5 +389,31 @@ mod tests {
         );
         phase.busy = 1;
         assert_eq!(phase.deadline(&LIMITS), None);
+    }
+
+    #[test]
+    fn the_supervisor_looks_again_before_any_deadline_a_change_could_set() {
+        let now = Instant::now();
+        let waiting = Phase {
+            busy: 0,
+            waiting_since: now,
+            head_started: None,
+        };
+        // The idle deadline is 30 s away, but a head beginning at once would
+        // be due in 2 s: look again then.
+        assert_eq!(waiting.next_check(&LIMITS, now), now + LIMITS.header_read);
+        // A head begun 1 s ago is due in 1 s: look then.
+        let later = now + Duration::from_secs(1);
+        let heading = Phase {
+            head_started: Some(now),
+            ..waiting
+        };
+        assert_eq!(heading.next_check(&LIMITS, later), now + LIMITS.header_read);
+        // Busy: no deadline, but the request may end at once.
+        let busy = Phase { busy: 1, ..waiting };
+        assert_eq!(busy.next_check(&LIMITS, now), now + LIMITS.header_read);
+        // An idle deadline closer than that is looked at on time.
+        let late = now + Duration::from_millis(29_500);
+        assert_eq!(waiting.next_check(&LIMITS, late), now + LIMITS.idle);
     }
 }

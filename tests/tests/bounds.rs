@@ -91,6 +91,45 @@ async fn a_connection_that_sends_nothing_is_closed_when_idle() {
     assert_eq!(answer.as_deref(), Some(""), "idle connection stayed open");
 }
 
+/// The listener notes a request's end and the next head's first byte
+/// without waking its supervisor; the limits still hold after an answer.
+#[tokio::test]
+async fn a_kept_alive_connection_is_timed_again_after_each_answer() {
+    let (app, _db) = TestApp::spawn_with(short_limits()).await.unwrap();
+    // A request busy for longer than the shortest limit (its body arrives
+    // over 1.5 s), so the supervisor looks while it is busy; then idle after
+    // its answer: closed after the idle limit.
+    let mut socket = connect(&app).await;
+    socket
+        .write_all(
+            b"POST /v1/events HTTP/1.1\r\nHost: tidings\r\nContent-Type: application/json\r\n\
+              Content-Length: 4\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    for byte in [b" ", b" ", b"}"] {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        socket.write_all(byte).await.unwrap();
+    }
+    let answer = trickle_until_closed(socket, b"", b"").await;
+    let answer = answer.expect("a kept-alive connection stayed open while idle");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    // A head trickled after an answer: cut off, after that answer only.
+    let mut socket = connect(&app).await;
+    socket
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tidings\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = trickle_until_closed(
+        socket,
+        b"GET /healthz HTTP/1.1\r\nHost: tidings\r\n",
+        b"X-Slow: 1\r\n",
+    )
+    .await;
+    let answer = answer.expect("a slow head after an answer kept its connection open");
+    assert_eq!(answer.matches("HTTP/1.1 200").count(), 1, "{answer}");
+}
+
 #[tokio::test]
 async fn a_body_trickled_a_byte_at_a_time_is_cut_off_with_408() {
     let (app, _db) = TestApp::spawn_with(short_limits()).await.unwrap();
