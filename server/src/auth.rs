@@ -102,7 +102,7 @@ enum Credential {
 }
 
 fn state_of(req: &Request) -> poem::Result<&AppState> {
-    req.data::<AppState>().ok_or_else(|| {
+    req.data::<Arc<AppState>>().map(|s| &**s).ok_or_else(|| {
         ApiError::Internal(anyhow::anyhow!("AppState missing from request data")).into()
     })
 }

@@ -2,7 +2,7 @@
 //! or only on `TIDINGS_METRICS_LISTEN` when that is set (`serve_apart`).
 //! Outside the OpenAPI document: it is for Prometheus, not for API clients.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context;
 use poem::{
@@ -20,7 +20,7 @@ pub const PATH: &str = "/metrics";
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 #[handler]
-pub fn metrics(Data(state): Data<&AppState>) -> Response {
+pub fn metrics(Data(state): Data<&Arc<AppState>>) -> Response {
     let pool = state.pool.inner();
     instruments::db_pool(
         pool.size(),
@@ -46,7 +46,9 @@ pub async fn serve_apart(
         .first()
         .and_then(|a| a.as_socket_addr().copied());
     tracing::info!(addr = ?local, "serving /metrics apart from the API");
-    let app = Route::new().at(PATH, get(metrics)).data(state.clone());
+    let app = Route::new()
+        .at(PATH, get(metrics))
+        .data(Arc::new(state.clone()));
     Ok(tokio::spawn(async move {
         let served = Server::new_with_acceptor(acceptor)
             .run_with_graceful_shutdown(app, async move { shutdown.wait().await }, None)

@@ -181,8 +181,12 @@ pub fn routes(state: &AppState) -> impl Endpoint {
         })
         // Outside the body's reading: a request over its rate is refused
         // before its body is read.
-        .with(admission::Admission)
-        .data(state.clone())
+        .with(admission::Admission {
+            state: state.clone(),
+        })
+        // Behind one reference count: the state goes into every request's
+        // data, and cloning it moved a dozen.
+        .data(std::sync::Arc::new(state.clone()))
         .with(observe::Observe)
         // Outermost, so problem bodies carry the CORS headers too.
         .with(cors::Cors::new(

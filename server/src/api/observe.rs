@@ -37,19 +37,24 @@ impl<E: Endpoint> Endpoint for ObserveEndpoint<E> {
                 .get(crate::request_id::HEADER)
                 .and_then(|v| v.to_str().ok()),
         );
-        let remote_addr = RealIp::from_request_without_body(&req)
-            .await
-            .ok()
-            .and_then(|ip| ip.0)
-            .map(|addr| addr.to_string())
-            .unwrap_or_else(|| req.remote_addr().to_string());
         let span = tracing::info_span!(
             "request",
             request_id = %id,
             method = %req.method(),
             uri = %super::request_log::loggable(req.original_uri()),
-            remote_addr = %remote_addr,
+            remote_addr = tracing::field::Empty,
         );
+        // The span's fields are formatted only when it is enabled; the
+        // client's address is looked up only then too.
+        if !span.is_disabled() {
+            let remote_addr = RealIp::from_request_without_body(&req)
+                .await
+                .ok()
+                .and_then(|ip| ip.0)
+                .map(|addr| addr.to_string())
+                .unwrap_or_else(|| req.remote_addr().to_string());
+            span.record("remote_addr", tracing::field::display(&remote_addr));
+        }
         let header = HeaderValue::from_str(id.as_str()).ok();
         let method = req.method().clone();
         let answered = id
