@@ -186,13 +186,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pg_facts = pg::facts(&pool).await?;
 
     // The soak runs on a database of its own and the stream workload on a
-    // tenant of its own: alone, they need no seed (tier M's takes long and
-    // most of the disk).
+    // tenant of its own, and health reads no seeded row: alone, they need no
+    // seed (tier M's takes long and most of the disk).
     let seeded = if !args.only.is_empty()
         && args
             .only
             .iter()
-            .all(|o| o == "soak" || o == "stream" || o == "replicas")
+            .all(|o| o == "soak" || o == "stream" || o == "replicas" || o == "health")
     {
         eprintln!("==> not seeding: only workloads with data of their own run");
         seed::Seeded {
@@ -211,16 +211,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         database_url: &target.url,
         log_dir: &work_dir,
         name: "serve",
-        env: vec![
-            // The HTTP workloads measure the API alone; the drain workload runs
-            // `tidings worker` processes of its own.
-            ("TIDINGS_OUTBOX_WORKERS".into(), "0".into()),
-            ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
-            // Throughput workloads push one tenant (often one user) to its
-            // maximum; the isolation workload starts a server of its own with
-            // the limits on.
-            ("TIDINGS_RATE_LIMITS".into(), "false".into()),
-        ],
+        env: server::main_server_env(),
     })
     .await?;
     let tools = Tools {

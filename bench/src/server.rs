@@ -20,6 +20,21 @@ use tokio::{
 
 pub const ADMIN_TOKEN: &str = "bench-admin-token-of-at-least-32-bytes";
 
+/// The environment of the main bench server (and of a "before" binary run
+/// beside it, so the two differ in their code alone).
+pub fn main_server_env() -> Vec<(String, String)> {
+    vec![
+        // The HTTP workloads measure the API alone; the drain workload runs
+        // `tidings worker` processes of its own.
+        ("TIDINGS_OUTBOX_WORKERS".into(), "0".into()),
+        ("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into()),
+        // Throughput workloads push one tenant (often one user) to its
+        // maximum; the isolation workload starts a server of its own with
+        // the limits on.
+        ("TIDINGS_RATE_LIMITS".into(), "false".into()),
+    ]
+}
+
 /// A running `tidings` process; SIGTERM then SIGKILL when dropped.
 pub struct Tidings {
     child: Child,

@@ -1,7 +1,13 @@
 //! The floor: GET /healthz (no database: the framework's ceiling) and GET /readyz
 //! (one trivial query) against pgbench of the same query. Runs on every branch.
+//!
+//! With `BENCH_BEFORE_BIN` set to another build of `tidings` (say, main's
+//! release binary before a change), that binary serves too, beside the
+//! measured one on the same database with the same environment, and both
+//! endpoints are measured on it in the same repetitions, alternating which
+//! server goes first: the run carries its own before/after of the server.
 
-use std::time::Instant;
+use std::{path::PathBuf, time::Instant};
 
 use serde_json::json;
 
@@ -10,10 +16,47 @@ use crate::{
     loadgen::HttpRequest,
     pg,
     report::{Ratio, Table, WorkloadResult},
+    server::{self, Launch, Tidings},
     stats::Spread,
 };
 
+/// The environment variable naming the "before" binary.
+const BEFORE_BIN: &str = "BENCH_BEFORE_BIN";
+
+/// Repetitions when a before binary runs too: the before/after ratio is the
+/// point of such a run, and the machine is shared.
+const BEFORE_AFTER_REPS: usize = 5;
+
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let before = match std::env::var_os(BEFORE_BIN) {
+        Some(bin) => {
+            let bin = PathBuf::from(bin);
+            eprintln!("  health: {} serves as the before", bin.display());
+            Some((
+                Tidings::serve(Launch {
+                    bin: &bin,
+                    database_url: &ctx.target.url,
+                    log_dir: &ctx.work_dir,
+                    name: "serve-before",
+                    env: server::main_server_env(),
+                })
+                .await?,
+                bin,
+            ))
+        }
+        None => None,
+    };
+    let outcome = measure(ctx, before.as_ref().map(|(s, b)| (s, b))).await;
+    if let Some((server, _)) = before {
+        server.stop().await;
+    }
+    outcome
+}
+
+async fn measure(
+    ctx: &Ctx,
+    before: Option<(&Tidings, &PathBuf)>,
+) -> anyhow::Result<WorkloadResult> {
     let started = Instant::now();
     let mut w = WorkloadResult::new("health");
     let healthz = HttpRequest::get(ctx.server.url("/healthz"));
@@ -25,12 +68,44 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let probe = ctx.max(&readyz).await?;
     let (round_trips, _) = pg::round_trips(&ctx.pool, probe.requests).await?;
 
+    let before_requests = before.map(|(server, _)| {
+        (
+            HttpRequest::get(server.url("/readyz")),
+            HttpRequest::get(server.url("/healthz")),
+        )
+    });
+    let reps = match before {
+        Some(_) => ctx.tier.reps.max(BEFORE_AFTER_REPS),
+        None => ctx.tier.reps,
+    };
     let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
-    for rep in 0..ctx.tier.reps {
-        eprintln!("  health rep {}/{}", rep + 1, ctx.tier.reps);
-        a.push(ctx.max(&readyz).await?);
-        b.push(ctx.pgbench(&script, &[]).await?);
-        c.push(ctx.max(&healthz).await?);
+    // The before server's /readyz and /healthz.
+    let (mut d, mut e) = (vec![], vec![]);
+    for rep in 0..reps {
+        eprintln!("  health rep {}/{}", rep + 1, reps);
+        match &before_requests {
+            None => {
+                a.push(ctx.max(&readyz).await?);
+                b.push(ctx.pgbench(&script, &[]).await?);
+                c.push(ctx.max(&healthz).await?);
+            }
+            // Before and after alternate which goes first, so neither
+            // always follows pgbench or the other's load.
+            Some((readyz_before, healthz_before)) if rep % 2 == 0 => {
+                d.push(ctx.max(readyz_before).await?);
+                a.push(ctx.max(&readyz).await?);
+                b.push(ctx.pgbench(&script, &[]).await?);
+                e.push(ctx.max(healthz_before).await?);
+                c.push(ctx.max(&healthz).await?);
+            }
+            Some((readyz_before, healthz_before)) => {
+                a.push(ctx.max(&readyz).await?);
+                d.push(ctx.max(readyz_before).await?);
+                b.push(ctx.pgbench(&script, &[]).await?);
+                c.push(ctx.max(&healthz).await?);
+                e.push(ctx.max(healthz_before).await?);
+            }
+        }
     }
     let healthz_max = Spread::of(&rps(&c)).median;
     let readyz_max = Spread::of(&rps(&a)).median;
@@ -54,6 +129,35 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         &rps(&a),
         &rps(&c),
     ));
+    if let Some((_, bin)) = before {
+        w.ratios.push(Ratio::new(
+            "readyz after ÷ before (same run)",
+            "GET /readyz req/s, this build",
+            "GET /readyz req/s, the before build",
+            None,
+            &rps(&a),
+            &rps(&d),
+        ));
+        w.ratios.push(Ratio::new(
+            "healthz after ÷ before (same run)",
+            "GET /healthz req/s, this build",
+            "GET /healthz req/s, the before build",
+            None,
+            &rps(&c),
+            &rps(&e),
+        ));
+        w.ratios.push(Ratio::new(
+            "readyz service overhead, the before build",
+            "GET /readyz req/s, the before build",
+            "pgbench of its query",
+            None,
+            &rps(&d),
+            &rps(&b),
+        ));
+        w.figure("before_bin", bin.display().to_string());
+        w.figure("healthz_max_before", &e);
+        w.figure("readyz_max_before", &d);
+    }
     let mut t = Table::new(
         "Maximum (closed loop) and latency at 50% of it (open loop)",
         &[
@@ -84,6 +188,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         fmt_ms(readyz_lat.p999_ms),
         format!("{round_trips:.2}"),
     ]);
+    if before.is_some() {
+        for (endpoint, m) in [
+            ("GET /healthz, before build", &e),
+            ("GET /readyz, before build", &d),
+        ] {
+            t.row(vec![
+                endpoint.into(),
+                Spread::of(&rps(m)).show(0),
+                "—".into(),
+                "—".into(),
+                "—".into(),
+                "—".into(),
+                "—".into(),
+            ]);
+        }
+    }
     t.row(vec![
         "pgbench readyz.sql".into(),
         Spread::of(&rps(&b)).show(0),
