@@ -1,7 +1,8 @@
 -- The outbox worker's claim: one statement, autocommit (claim_deliveries).
--- Parameters: $1 batch, $2 lease in ms, $3 channels. The harness's store-only
--- drain runs it with the workers' defaults (batch 100, lease 60 s, {webhook}).
--- source-fn: tidings_server::store::outbox::claim_sql()
+-- Parameters: $1 lease in ms, $2 channels; the batch (100, the workers'
+-- default) is in the text. The harness's store-only drain runs it with the
+-- workers' defaults (lease 60 s, {webhook}).
+-- source-fn: tidings_server::store::outbox::claim_sql(100)
 WITH RECURSIVE open_tenants AS (
             -- The tenants with open work, one index probe each (a skip scan:
             -- the first tenant, then the first one after it, ...).
@@ -29,35 +30,40 @@ WITH RECURSIVE open_tenants AS (
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-                  AND d.channel = ANY($3)
+                  AND d.channel = ANY($2)
                 ORDER BY d.next_attempt_at
                 LIMIT 1
             ) oldest
         ),
         share AS (
-            SELECT GREATEST(1, CEIL($1::float8 / GREATEST(count(*), 1)))::int AS per_tenant FROM active
+            SELECT GREATEST(1, CEIL(100::float8 / GREATEST(count(*), 1)))::int AS per_tenant FROM active
         ),
         picked AS (
-            SELECT due.tenant_id, due.id, due.alert_id, due.endpoint_id, due.recipient_id, due.channel
-            FROM (SELECT tenant_id FROM active ORDER BY oldest_due LIMIT $1) served
+            -- ctid: the version this statement locked, so that the UPDATE
+            -- below reaches it by a TID scan instead of a second descent of
+            -- the primary key. A row updated after this statement's snapshot
+            -- and locked in its newer version (EvalPlanQual) is not visible
+            -- to that scan: it stays unclaimed until the next claim.
+            SELECT due.ctid, due.tenant_id, due.id, due.alert_id, due.endpoint_id, due.recipient_id, due.channel
+            FROM (SELECT tenant_id FROM active ORDER BY oldest_due LIMIT 100) served
             CROSS JOIN share
             CROSS JOIN LATERAL (
-                SELECT d.tenant_id, d.id, d.alert_id, d.endpoint_id, d.recipient_id, d.channel
+                SELECT d.ctid, d.tenant_id, d.id, d.alert_id, d.endpoint_id, d.recipient_id, d.channel
                 FROM deliveries d
                 WHERE d.tenant_id = served.tenant_id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-                  AND d.channel = ANY($3)
+                  AND d.channel = ANY($2)
                 ORDER BY d.next_attempt_at
                 LIMIT share.per_tenant
                 FOR UPDATE SKIP LOCKED
             ) due
-            LIMIT $1
+            LIMIT 100
         )
-UPDATE deliveries d
+        UPDATE deliveries d
         SET attempts = d.attempts + 1,
-            claimed_until = now() + $2 * interval '1 millisecond'
+            claimed_until = now() + $1 * interval '1 millisecond'
         FROM picked p
         LEFT JOIN alerts a
                ON a.tenant_id = p.tenant_id AND a.id = p.alert_id
@@ -76,7 +82,7 @@ UPDATE deliveries d
             WHERE p.channel = 'email' AND u.tenant_id = p.tenant_id AND u.user_id = p.recipient_id
             OFFSET 0
         ) u ON true
-        WHERE d.tenant_id = p.tenant_id AND d.id = p.id
+        WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
                   e.url AS endpoint_url, e.secret AS endpoint_secret,

@@ -64,6 +64,11 @@ struct Args {
     /// The `tidings` binary to benchmark.
     #[arg(long, default_value = "target/release/tidings")]
     tidings_bin: PathBuf,
+    /// A `tidings` binary built from an earlier commit: the drain workload
+    /// runs its workers beside `--tidings-bin`'s, interleaved, as the same-run
+    /// "before" of a change to the worker (scripts/bench: BENCH_BEFORE_BIN).
+    #[arg(long)]
+    tidings_before_bin: Option<PathBuf>,
     /// Repository root (bench/sql, server sources for the SQL sync check).
     #[arg(long, default_value = ".")]
     repo: PathBuf,
@@ -229,6 +234,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         tools,
         server,
         bin: args.tidings_bin.clone(),
+        before_bin: args.tidings_before_bin.clone(),
         repo: repo.clone(),
         work_dir: work_dir.clone(),
         plot_dir: out_dir.clone(),

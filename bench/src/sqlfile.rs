@@ -135,21 +135,22 @@ impl SqlFile {
 
 /// Statements the server composes at run time, by the name bench/sql files
 /// use on their `-- source-fn:` line.
-pub fn server_sql(name: &str) -> anyhow::Result<&'static str> {
+pub fn server_sql(name: &str) -> anyhow::Result<String> {
     use tidings_server::store::{feed, outbox};
     Ok(match name {
         "tidings_server::store::feed::feed_page_sql(PageKind::First)" => {
-            feed::feed_page_sql(feed::PageKind::First)
+            feed::feed_page_sql(feed::PageKind::First).into()
         }
         "tidings_server::store::feed::feed_page_sql(PageKind::FirstFew)" => {
-            feed::feed_page_sql(feed::PageKind::FirstFew)
+            feed::feed_page_sql(feed::PageKind::FirstFew).into()
         }
         "tidings_server::store::feed::feed_page_sql(PageKind::Before)" => {
-            feed::feed_page_sql(feed::PageKind::Before)
+            feed::feed_page_sql(feed::PageKind::Before).into()
         }
-        "tidings_server::store::feed::counts_sql()" => feed::counts_sql(),
-        "tidings_server::store::outbox::claim_sql()" => outbox::claim_sql(),
-        "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql(),
+        "tidings_server::store::feed::counts_sql()" => feed::counts_sql().into(),
+        // The worker's default batch, as the harness runs it.
+        "tidings_server::store::outbox::claim_sql(100)" => outbox::claim_sql(100),
+        "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql().into(),
         other => anyhow::bail!("unknown source-fn {other}"),
     })
 }

@@ -34,6 +34,8 @@ pub struct Ctx {
     pub tools: Tools,
     pub server: Tidings,
     pub bin: PathBuf,
+    /// An earlier commit's `tidings`, for the drain's same-run before.
+    pub before_bin: Option<PathBuf>,
     pub repo: PathBuf,
     /// Scratch: generated pgbench/wrk scripts, body files, logs.
     pub work_dir: PathBuf,

@@ -51,7 +51,8 @@ pub struct ClaimedDelivery {
 /// `open_tenants`, `active`, `share` and `picked` find the due deliveries and
 /// lock them (`FOR UPDATE SKIP LOCKED`); the UPDATE takes them, attempt + 1 and
 /// the lease, a HOT update, returning what delivery needs. Parameters: `$1`
-/// batch, `$2` lease in ms, `$3` channels.
+/// lease in ms, `$2` channels; `{batch}` is replaced by the batch size
+/// ([`claim_sql`] says why it is not a parameter).
 const CLAIM_SQL: &str = r#"
         WITH RECURSIVE open_tenants AS (
             -- The tenants with open work, one index probe each (a skip scan:
@@ -80,35 +81,40 @@ const CLAIM_SQL: &str = r#"
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-                  AND d.channel = ANY($3)
+                  AND d.channel = ANY($2)
                 ORDER BY d.next_attempt_at
                 LIMIT 1
             ) oldest
         ),
         share AS (
-            SELECT GREATEST(1, CEIL($1::float8 / GREATEST(count(*), 1)))::int AS per_tenant FROM active
+            SELECT GREATEST(1, CEIL({batch}::float8 / GREATEST(count(*), 1)))::int AS per_tenant FROM active
         ),
         picked AS (
-            SELECT due.tenant_id, due.id, due.alert_id, due.endpoint_id, due.recipient_id, due.channel
-            FROM (SELECT tenant_id FROM active ORDER BY oldest_due LIMIT $1) served
+            -- ctid: the version this statement locked, so that the UPDATE
+            -- below reaches it by a TID scan instead of a second descent of
+            -- the primary key. A row updated after this statement's snapshot
+            -- and locked in its newer version (EvalPlanQual) is not visible
+            -- to that scan: it stays unclaimed until the next claim.
+            SELECT due.ctid, due.tenant_id, due.id, due.alert_id, due.endpoint_id, due.recipient_id, due.channel
+            FROM (SELECT tenant_id FROM active ORDER BY oldest_due LIMIT {batch}) served
             CROSS JOIN share
             CROSS JOIN LATERAL (
-                SELECT d.tenant_id, d.id, d.alert_id, d.endpoint_id, d.recipient_id, d.channel
+                SELECT d.ctid, d.tenant_id, d.id, d.alert_id, d.endpoint_id, d.recipient_id, d.channel
                 FROM deliveries d
                 WHERE d.tenant_id = served.tenant_id
                   AND d.status IN ('pending', 'retrying', 'sending')
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-                  AND d.channel = ANY($3)
+                  AND d.channel = ANY($2)
                 ORDER BY d.next_attempt_at
                 LIMIT share.per_tenant
                 FOR UPDATE SKIP LOCKED
             ) due
-            LIMIT $1
+            LIMIT {batch}
         )
         UPDATE deliveries d
         SET attempts = d.attempts + 1,
-            claimed_until = now() + $2 * interval '1 millisecond'
+            claimed_until = now() + $1 * interval '1 millisecond'
         FROM picked p
         LEFT JOIN alerts a
                ON a.tenant_id = p.tenant_id AND a.id = p.alert_id
@@ -127,7 +133,7 @@ const CLAIM_SQL: &str = r#"
             WHERE p.channel = 'email' AND u.tenant_id = p.tenant_id AND u.user_id = p.recipient_id
             OFFSET 0
         ) u ON true
-        WHERE d.tenant_id = p.tenant_id AND d.id = p.id
+        WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
                   e.url AS endpoint_url, e.secret AS endpoint_secret,
@@ -159,9 +165,20 @@ const COMPLETE_SQL: &str = r#"
           AND d.status IN ('pending', 'retrying', 'sending')
 "#;
 
-/// The claim's SQL, for measurements (bench/sql/outbox_claim.sql).
-pub fn claim_sql() -> &'static str {
-    CLAIM_SQL.trim()
+/// The claim's SQL for batches of `batch`, as the worker runs it (and
+/// bench/sql/outbox_claim.sql, for 100).
+///
+/// The batch is written into the text, not bound: with `LIMIT $n` a generic
+/// plan cannot know the limit and estimates a tenth of the table, which costs
+/// it a hash join over all of `deliveries`; PostgreSQL then keeps planning
+/// the statement afresh at every call (about as much CPU as executing it).
+/// With the number in the text the generic plan is the custom one and is
+/// kept after the fifth call. A worker's batch never changes, so each
+/// process prepares one statement.
+pub fn claim_sql(batch: u32) -> String {
+    CLAIM_SQL
+        .trim()
+        .replace("{batch}", &batch.max(1).to_string())
 }
 
 /// The completion's SQL, for measurements (bench/sql/outbox_complete.sql).
@@ -196,8 +213,8 @@ pub async fn claim_deliveries(
     channels: &[Channel],
 ) -> sqlx::Result<Vec<ClaimedDelivery>> {
     let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
-    sqlx::query_as(claim_sql())
-        .bind(i64::from(batch))
+    let sql = claim_sql(batch);
+    sqlx::query_as(&sql)
         .bind(i64::try_from(lease_ms).unwrap_or(i64::MAX))
         .bind(&channels)
         .fetch_all(db)
