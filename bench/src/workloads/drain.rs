@@ -358,7 +358,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
     if ctx.before_bin.is_some() {
         let mut t = Table::new(
-            "Worker before ÷ after, same run: deliveries/s to the no-op sink",
+            "Worker: this build ÷ an earlier build (BENCH_BEFORE_BIN), same run: deliveries/s to the no-op sink",
             &[
                 "workers",
                 "this build",
