@@ -135,6 +135,25 @@ pub async fn read_page(
     let page = state
         .replicas
         .read(Some((tenant_id, user)), token, |mut conn| async move {
+            // A first page handed a base counts from its own positions; when
+            // that statement cannot (the base does not hold in its snapshot,
+            // or more than a page came since), the one that walks answers
+            // instead, whole: each answer is one statement's snapshot.
+            if let (PageFrom::Before(None), Some(base)) = (from, base.as_ref()) {
+                let carried = store::read_first_page_carried(
+                    &mut *conn,
+                    tenant_id,
+                    user,
+                    counted_with,
+                    limit,
+                    horizon,
+                    base,
+                )
+                .await?;
+                if let Some(page) = carried {
+                    return Ok(page);
+                }
+            }
             store::read_feed(
                 &mut *conn,
                 tenant_id,

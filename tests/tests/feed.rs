@@ -1146,3 +1146,158 @@ async fn counts_carried_over_drop_the_items_retention_purged() {
     assert_eq!(c, json!({"unread": 0, "unseen": 0, "capped": false}));
     assert_eq!(ids(&user.feed("").expect(200).await), Vec::<i64>::new());
 }
+
+/// A first page handed a counts base counts from its own positions instead
+/// of walking (`store::feed::read_first_page_carried`): its answer must be
+/// the walk's, item for item and count for count, whenever it gives one, and
+/// it must give none when its page cannot tell — as many new items as the
+/// page holds, or a base that no longer holds (a mark, an item read).
+#[tokio::test]
+async fn a_first_page_counts_from_its_page_only_what_the_walk_would_count() {
+    use tidings_server::store::{feed as store, horizon, teams};
+    let (f, token) = member_of("team", "u").await;
+    let api = f.api();
+    let user = f.app.user(&token);
+    api.put_member("quiet", "u").expect(201).await;
+    let tenant = f.tenant.uuid();
+    let teams = teams::list_memberships_of_user(&f.pool, tenant, "u")
+        .await
+        .expect("teams");
+    assert_eq!(teams.len(), 2);
+    // limit 2: k = 3, and 2 teams + the alerts fit it (PageKind::FirstFew).
+    const LIMIT: u32 = 2;
+    let pool = &f.pool;
+    let teams = &teams;
+    let walked = |base: Option<store::CountsBase>| async move {
+        let horizon = horizon::read_feed_horizons(pool)
+            .await
+            .expect("horizon")
+            .of(tenant);
+        let page = store::read_feed(
+            pool,
+            tenant,
+            "u",
+            teams,
+            store::PageFrom::Before(None),
+            LIMIT,
+            horizon,
+            base.as_ref(),
+        )
+        .await
+        .expect("walked page");
+        (page, horizon)
+    };
+    let carried = |base: store::CountsBase, horizon: i64| async move {
+        store::read_first_page_carried(pool, tenant, "u", teams, LIMIT, horizon, &base)
+            .await
+            .expect("carried page")
+    };
+    let same = |a: &store::FeedPage, b: &store::FeedPage| {
+        let positions =
+            |p: &store::FeedPage| p.items.iter().map(|i| i.position).collect::<Vec<_>>();
+        assert_eq!(positions(a), positions(b), "items");
+        assert_eq!((a.head, a.more, a.marks), (b.head, b.more, b.marks));
+        assert_eq!(a.badges, b.badges, "badges");
+        assert_eq!(
+            a.walk.next, b.walk.next,
+            "what the next statement carries over"
+        );
+        assert!(a.walk.carried_over);
+    };
+
+    post_batch(&api, "team", 5).await;
+    let (first, _) = walked(None).await;
+    assert_eq!((first.badges.unread, first.badges.unseen), (5, 5));
+    let mut base = first.walk.next;
+    // Nothing new, then fewer new items than the page holds: counted from the page.
+    for (new, expected) in [(0, 5), (1, 6), (2, 8)] {
+        if new > 0 {
+            post_batch(&api, "team", new).await;
+        }
+        let (walk, horizon) = walked(None).await;
+        let page = carried(base, horizon)
+            .await
+            .unwrap_or_else(|| panic!("{new} new items fit the page"));
+        assert_eq!(page.badges.unread, expected);
+        same(&page, &walk);
+        base = page.walk.next;
+    }
+    // As many new items as the page holds (k = 3): the page cannot tell
+    // whether more came, so it leaves the counts to the walk.
+    post_batch(&api, "team", 3).await;
+    let (walk, horizon) = walked(Some(base)).await;
+    assert!(carried(base, horizon).await.is_none(), "k new items: walk");
+    assert_eq!((walk.badges.unread, walk.badges.unseen), (11, 11));
+    base = walk.walk.next;
+
+    // Marks move the floors: the base no longer holds.
+    let page = user.feed("?limit=3").expect(200).await;
+    let third = page["items"][2]["cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_string();
+    user.mark_seen(&up_to(Some(&third))).expect(200).await;
+    let (walk, horizon) = walked(None).await;
+    assert!(carried(base, horizon).await.is_none(), "a mark: walk");
+    assert_eq!((walk.badges.unread, walk.badges.unseen), (11, 2));
+    base = walk.walk.next;
+    // Above the new floors, counted from the page again: the two floors differ.
+    post_batch(&api, "team", 1).await;
+    let (walk, horizon) = walked(None).await;
+    let page = carried(base, horizon)
+        .await
+        .expect("1 new item fits the page");
+    assert_eq!((page.badges.unread, page.badges.unseen), (12, 3));
+    same(&page, &walk);
+    base = page.walk.next;
+
+    // An item read one by one changes the budget: the base no longer holds.
+    let newest = user.feed("?limit=1").expect(200).await["items"][0]["id"]
+        .as_i64()
+        .expect("id");
+    user.mark_item_read(newest).expect(200).await;
+    let (walk, horizon) = walked(None).await;
+    assert!(carried(base, horizon).await.is_none(), "an item read: walk");
+    assert_eq!((walk.badges.unread, walk.badges.unseen), (11, 2));
+    base = walk.walk.next;
+    post_batch(&api, "team", 2).await;
+    let (walk, horizon) = walked(None).await;
+    let page = carried(base, horizon)
+        .await
+        .expect("2 new items fit the page");
+    assert_eq!((page.badges.unread, page.badges.unseen), (13, 4));
+    same(&page, &walk);
+}
+
+/// A first page after as many new items as it holds cannot count them from
+/// its own positions; the service then answers with the statement that walks
+/// (the same snapshot rules, one statement), so the counts stay exact whether
+/// the page or the walk counted.
+#[tokio::test]
+async fn first_page_counts_stay_exact_when_more_came_than_the_page_holds() {
+    let (f, token) = member_of("team", "u").await;
+    let api = f.api();
+    let user = f.app.user(&token);
+    let counts = || async {
+        let page = user.feed("?limit=1").expect(200).await;
+        (
+            page["unread_count"].as_i64().expect("unread"),
+            page["unseen_count"].as_i64().expect("unseen"),
+        )
+    };
+    post_batch(&api, "team", 2).await;
+    assert_eq!(counts().await, (2, 2), "first read: walked");
+    assert_eq!(counts().await, (2, 2), "nothing new: from the page");
+    post_batch(&api, "team", 1).await;
+    assert_eq!(counts().await, (3, 3), "one new item: from the page");
+    // limit 1: k = 2.
+    post_batch(&api, "team", 2).await;
+    assert_eq!(counts().await, (5, 5), "k new items: walked from the base");
+    post_batch(&api, "team", 5).await;
+    assert_eq!(
+        counts().await,
+        (10, 10),
+        "more than k: walked from the base"
+    );
+    assert_eq!(counts().await, (10, 10));
+}

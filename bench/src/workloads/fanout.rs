@@ -4,7 +4,7 @@
 //! of its ordinary teams) reads the first page:
 //!
 //! - **store once** (ours): one `events` row per event; the reader's page is the
-//!   server's feed statement (bench/sql/feed_page.sql) over their teams.
+//!   server's feed statement (bench/sql/feed_page_walk.sql) over their teams.
 //! - **materialised**: the event row plus one row per recipient in a bench-only
 //!   table `bench.feed_materialised` keyed (tenant, user, tx, id), written in the
 //!   event's transaction; the page is one index range scan, with the same
@@ -175,11 +175,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             "the feed tables (memberships, events) are not on this branch yet",
         ));
     }
-    let feed_sql_path = ctx.repo.join("bench/sql/feed_page.sql");
+    let feed_sql_path = ctx.repo.join("bench/sql/feed_page_walk.sql");
     if !feed_sql_path.exists() {
         return Ok(WorkloadResult::skipped(
             "fanout",
-            "bench/sql/feed_page.sql is missing",
+            "bench/sql/feed_page_walk.sql is missing",
         ));
     }
     let feed_sql = SqlFile::load(&feed_sql_path)?.statements[0]

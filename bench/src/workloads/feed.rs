@@ -19,8 +19,12 @@
 //! feed_counts_v0.sql), before incremental counts (feed_page_v1.sql,
 //! feed_counts_v1.sql) and before a reader whose sources fit the page had
 //! each source scanned once (feed_page_v2.sql), so every run carries its own
-//! before/after of the SQL. The 20-team reader's first page runs
-//! feed_page.sql (sources fit the page), the wide reader's feed_page_many.sql.
+//! before/after of the SQL; and before a first page handed a counts base
+//! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql). The
+//! 20-team reader's first page runs feed_page.sql (sources fit the page), the
+//! wide reader's feed_page_many.sql; both with the counts carried over, as
+//! every request here but the first. feed_page_walk.sql is the statement a
+//! first page without a usable base runs (it walks).
 //!
 //! **What pgbench runs is what a request runs.** The server carries each
 //! user's badge walk over from the user's last statement on the instance
@@ -328,9 +332,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         },
         Reference {
             name: "first page SQL, counts not carried over",
-            script: "feed_page",
+            script: "feed_page_walk",
             vars: reader.vars(None, Some(20), Carry::Nothing),
             against: FIRST,
+        },
+        Reference {
+            name: "first page SQL before counting from the page (badge walks in every statement)",
+            script: "feed_page_v3",
+            vars: reader.vars(None, Some(20), Carry::Over),
+            against: FIRST,
+        },
+        Reference {
+            name: "wide reader's first page SQL before counting from the page",
+            script: "feed_page_many_v1",
+            vars: wide.vars(None, Some(20), Carry::Over),
+            against: WIDE,
         },
         Reference {
             name: "counts SQL, counts not carried over",

@@ -240,6 +240,18 @@ head AS (
 /// floors, as without a base: checked in this snapshot, never trusted.
 fn counts_ctes(base: &str) -> String {
     format!(
+        "{check},{walks},{badges}",
+        check = counts_check_ctes(base),
+        walks = WALKS,
+        badges = badges_cte("b.valid")
+    )
+}
+
+/// What the base is checked against, shared by both ways of counting: the
+/// floors, the user's individually read items in the feed, the budget, the
+/// purge counter, and `base.valid`.
+fn counts_check_ctes(base: &str) -> String {
+    format!(
         "
 floors AS MATERIALIZED (
     SELECT read_tx, read_id,
@@ -273,7 +285,13 @@ base AS MATERIALIZED (
                  a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
           FROM (SELECT {base}::bigint[] AS a) AS given) AS b
     CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
-),
+)"
+    )
+}
+
+/// The walks from the floors (or from a valid base's horizon) up to this
+/// statement's horizon.
+const WALKS: &str = "
 walk_floors AS MATERIALIZED (
     SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
            CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
@@ -355,7 +373,38 @@ walked AS MATERIALIZED (
                                       THEN u.n ELSE s.n END, b.n) AS unread_n,
            b.n AS budget
     FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
-),
+)";
+
+/// The counts of a first page handed a base, taken from the page instead of
+/// walked (`feed_page_carried_sql`). A first page's positions are the feed's
+/// k = limit + 1 newest, so when fewer than k of them lie above the read walk
+/// floor (the later of the base's horizon and the read watermark; the unseen
+/// floor is at or above it), the page holds every entry above that floor and
+/// counting the page's entries above each floor is the walk, exactly. Else
+/// the counts stand on the base only when it is capped (nothing to add). The
+/// walk floors are those of `walk_floors` with a valid base; the page's
+/// positions are already after each team's join and below the horizon.
+/// `carried_over` is false when the base does not hold or the page cannot
+/// tell: the caller then runs the statement that walks.
+const PAGE_WALK: &str = "
+walked AS MATERIALIZED (
+    SELECT least(b.unseen_n + w.unseen, bu.n) AS unseen_n,
+           least(b.unread_n + w.unread, bu.n) AS unread_n,
+           bu.n AS budget,
+           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < $11) AS carried_over
+    FROM base b CROSS JOIN budget bu CROSS JOIN (
+        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (f.unseen_tx, f.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (p.tx, p.id) > (f.read_tx, f.read_id)) AS unread
+        FROM page_positions p CROSS JOIN floors f CROSS JOIN base b
+        WHERE (p.tx, p.id) > (b.asof, 0::bigint)
+    ) w
+)";
+
+/// The badges from what was walked (`walked`); `carried` says whether the
+/// statement's counts stand on the base it was handed.
+fn badges_cte(carried: &str) -> String {
+    format!(
+        "
 badges AS MATERIALIZED (
     SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
                 ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
@@ -363,7 +412,7 @@ badges AS MATERIALIZED (
            CASE WHEN k.unread_n >= k.budget THEN $6
                 ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
                                              WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
+           k.unseen_n, k.unread_n, k.budget, p.n AS purges, {carried} AS carried_over
     FROM walked k CROSS JOIN purges p CROSS JOIN base b
 )"
     )
@@ -551,12 +600,39 @@ pub fn first_page_kind(teams: usize, limit: u32) -> PageKind {
 }
 
 fn feed_sql(kind: PageKind) -> String {
+    feed_sql_with(kind, false)
+}
+
+/// `carried`: a first page's statement handed a base, which counts from its
+/// own page ([`PAGE_WALK`]) instead of walking: none of the walks' CTEs are
+/// in it (they cost executor start-up even when they walk nothing).
+fn feed_sql_with(kind: PageKind, carried: bool) -> String {
     let dir = match kind {
         PageKind::First | PageKind::FirstFew | PageKind::Before => "DESC",
         PageKind::After => "ASC",
     };
+    let ctes = if carried {
+        // The page before the counts, which read its positions.
+        let tops = if kind == PageKind::FirstFew {
+            String::new()
+        } else {
+            format!("{TOPS}, ")
+        };
+        format!(
+            "{tops}{page},{check},{PAGE_WALK},{badges}",
+            page = page_ctes(kind),
+            check = counts_check_ctes("$13"),
+            badges = badges_cte("k.carried_over")
+        )
+    } else {
+        format!(
+            "{TOPS}, {counts}, {page}",
+            counts = counts_ctes("$13"),
+            page = page_ctes(kind)
+        )
+    };
     format!(
-        "WITH {prelude}, {TOPS}, {counts}, {page}
+        "WITH {prelude}, {ctes}
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        h.tx AS head_tx, h.id AS head_id,
        c.unread, c.unseen,
@@ -576,8 +652,6 @@ ORDER BY p.tx {dir}, p.id {dir}",
             "head"
         },
         prelude = prelude("$12"),
-        counts = counts_ctes("$13"),
-        page = page_ctes(kind)
     )
 }
 
@@ -585,6 +659,10 @@ static FEED_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::First)
 static FEED_FIRST_FEW: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::FirstFew));
 static FEED_BEFORE: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::Before));
 static FEED_AFTER: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::After));
+static FEED_FIRST_CARRIED: LazyLock<String> =
+    LazyLock::new(|| feed_sql_with(PageKind::First, true));
+static FEED_FIRST_FEW_CARRIED: LazyLock<String> =
+    LazyLock::new(|| feed_sql_with(PageKind::FirstFew, true));
 
 static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -631,6 +709,15 @@ pub fn feed_page_sql(kind: PageKind) -> &'static str {
         PageKind::FirstFew => &FEED_FIRST_FEW,
         PageKind::Before => &FEED_BEFORE,
         PageKind::After => &FEED_AFTER,
+    }
+}
+
+/// The SQL of a first page handed a counts base ([`read_first_page_carried`]),
+/// for EXPLAIN in measurements and tests: `First` or `FirstFew`.
+pub fn feed_page_carried_sql(kind: PageKind) -> &'static str {
+    match kind {
+        PageKind::FirstFew => &FEED_FIRST_FEW_CARRIED,
+        _ => &FEED_FIRST_CARRIED,
     }
 }
 
@@ -730,20 +817,72 @@ pub async fn read_feed(
     horizon: i64,
     base: Option<&CountsBase>,
 ) -> Result<FeedPage, sqlx::Error> {
+    let sql = match from {
+        PageFrom::Before(None) => feed_page_sql(first_page_kind(teams.len(), limit)),
+        PageFrom::Before(Some(_)) => feed_page_sql(PageKind::Before),
+        PageFrom::After(_) => feed_page_sql(PageKind::After),
+    };
+    let rows = fetch_page(
+        db, sql, tenant_id, user_id, teams, from, limit, horizon, base,
+    )
+    .await?;
+    page_of(rows, from, limit)
+}
+
+/// The first page (newest first, no cursor) as [`read_feed`] answers it,
+/// with the counts carried over from `base` and the page's own positions
+/// instead of walked ([`feed_page_carried_sql`]): one snapshot, as there.
+/// `None` when this statement cannot count so — the base does not hold in
+/// its snapshot, or more than the page's worth of items above a floor came
+/// since the base while it was not capped — and the caller runs
+/// [`read_feed`], which walks.
+#[allow(clippy::too_many_arguments)]
+pub async fn read_first_page_carried(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    limit: u32,
+    horizon: i64,
+    base: &CountsBase,
+) -> Result<Option<FeedPage>, sqlx::Error> {
+    let from = PageFrom::Before(None);
+    let sql = feed_page_carried_sql(first_page_kind(teams.len(), limit));
+    let rows = fetch_page(
+        db,
+        sql,
+        tenant_id,
+        user_id,
+        teams,
+        from,
+        limit,
+        horizon,
+        Some(base),
+    )
+    .await?;
+    let page = page_of(rows, from, limit)?;
+    Ok(page.walk.carried_over.then_some(page))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn fetch_page(
+    db: impl PgExecutor<'_>,
+    sql: &'static str,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    from: PageFrom,
+    limit: u32,
+    horizon: i64,
+    base: Option<&CountsBase>,
+) -> Result<Vec<PageRow>, sqlx::Error> {
     let top = Position::new(i64::MAX, i64::MAX);
-    let (after, before, sql) = match from {
-        PageFrom::Before(None) => (
-            Position::ORIGIN,
-            top,
-            feed_page_sql(first_page_kind(teams.len(), limit)),
-        ),
-        PageFrom::Before(Some(before)) => {
-            (Position::ORIGIN, before, feed_page_sql(PageKind::Before))
-        }
-        PageFrom::After(after) => (after, top, feed_page_sql(PageKind::After)),
+    let (after, before) = match from {
+        PageFrom::Before(before) => (Position::ORIGIN, before.unwrap_or(top)),
+        PageFrom::After(after) => (after, top),
     };
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
-    let rows: Vec<PageRow> = sqlx::query_as(sql)
+    sqlx::query_as(sql)
         .bind(tenant_id)
         .bind(user_id)
         .bind(&team_ids)
@@ -758,7 +897,10 @@ pub async fn read_feed(
         .bind(horizon)
         .bind(CountsBase::param(base))
         .fetch_all(db)
-        .await?;
+        .await
+}
+
+fn page_of(rows: Vec<PageRow>, from: PageFrom, limit: u32) -> Result<FeedPage, sqlx::Error> {
     let first = rows
         .first()
         .ok_or_else(|| sqlx::Error::Protocol("feed query returned no row".into()))?;
