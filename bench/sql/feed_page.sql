@@ -1,4 +1,16 @@
-
+-- GET /v1/feed (no cursor) for a reader with no more sources (teams + the
+-- alerts) than the page's k = limit + 1, handed the counts carried over from
+-- the user's last statement (store::feed::CountsBase), as every request but a
+-- user's first is: the statement such a first page runs, as
+-- server/src/store/feed.rs composes it (read_first_page_carried; each source
+-- scanned once, PageKind::FirstFew; the counts from the base and the page's
+-- own positions, no badge walks). When it cannot count so (the base does not
+-- hold, or a page's worth or more came since), feed_page_walk.sql runs instead.
+-- Parameters: $1 tenant, $2 user, $3-$5 the user's teams (team_id, joined_tx,
+-- joined_id), $6 badge cap + 1, ($7-$10, the cursor bounds, unused), $11
+-- limit + 1, $12 the tenant's horizon, $13 the counts base.
+-- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
+-- source-fn: tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFew)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()

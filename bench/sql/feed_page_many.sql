@@ -1,4 +1,11 @@
-
+-- GET /v1/feed (no cursor) for a reader with more sources (teams + the alerts)
+-- than the page's k = limit + 1 (the wide reader), handed a counts base: the
+-- statement such a first page runs, as server/src/store/feed.rs composes it
+-- (read_first_page_carried; tops probed, the k-th top prunes the sources to
+-- scan, PageKind::First; the counts from the base and the page's positions).
+-- Parameters as feed_page.sql, $7/$8 after and $9/$10 before used.
+-- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
+-- source-fn: tidings_server::store::feed::feed_page_carried_sql(PageKind::First)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()

@@ -1,4 +1,11 @@
-
+-- GET /v1/feed (no cursor), sources that fit the page (PageKind::FirstFew), when
+-- the request has no usable counts base (a user's first read on an instance,
+-- or the read after a mark, an item read, a membership change or a purge; or
+-- when the statement of feed_page.sql could not count from its page): the
+-- statement that walks the badges, as server/src/store/feed.rs composes it
+-- (read_feed). Parameters as feed_page.sql; $13 '{}' when there is no base.
+-- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
+-- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::FirstFew)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()
