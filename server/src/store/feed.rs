@@ -18,7 +18,9 @@
 //! the history and however many teams; badge counts stop after
 //! [`tidings_core::BADGE_CAP`] + 1 entries (plus the user's individually read
 //! items) in all, and walk only what is newer than the user's previous
-//! statement when its counts are handed back and still hold ([`CountsBase`]).
+//! statement when its counts are handed back and still hold ([`CountsBase`]);
+//! a first page handed them counts from its own positions instead, when they
+//! tell ([`read_first_page_carried`]).
 
 use std::sync::LazyLock;
 
