@@ -145,10 +145,10 @@ pub fn server_sql(name: &str) -> anyhow::Result<String> {
             feed::feed_page_sql(feed::PageKind::FirstFew).into()
         }
         "tidings_server::store::feed::feed_page_carried_sql(PageKind::First)" => {
-            feed::feed_page_carried_sql(feed::PageKind::First)
+            feed::feed_page_carried_sql(feed::PageKind::First).into()
         }
         "tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFew)" => {
-            feed::feed_page_carried_sql(feed::PageKind::FirstFew)
+            feed::feed_page_carried_sql(feed::PageKind::FirstFew).into()
         }
         "tidings_server::store::feed::feed_page_sql(PageKind::Before)" => {
             feed::feed_page_sql(feed::PageKind::Before).into()
