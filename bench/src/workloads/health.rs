@@ -1,8 +1,8 @@
 //! The floor: GET /healthz (no database: the framework's ceiling) and GET /readyz
 //! (one trivial query) against pgbench of the same query. Runs on every branch.
 //!
-//! With `BENCH_BEFORE_BIN` set to another build of `tidings` (say, main's
-//! release binary before a change), that binary serves too, beside the
+//! With `--tidings-before-bin` (scripts/bench: `BENCH_BEFORE_BIN`), another
+//! build of `tidings` (say, main's release binary before a change) serves too, beside the
 //! measured one on the same database with the same environment, and both
 //! endpoints are measured on it in the same repetitions, alternating which
 //! server goes first: the run carries its own before/after of the server.
@@ -20,17 +20,14 @@ use crate::{
     stats::Spread,
 };
 
-/// The environment variable naming the "before" binary.
-const BEFORE_BIN: &str = "BENCH_BEFORE_BIN";
-
 /// Repetitions when a before binary runs too: the before/after ratio is the
 /// point of such a run, and the machine is shared.
 const BEFORE_AFTER_REPS: usize = 5;
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
-    let before = match std::env::var_os(BEFORE_BIN) {
+    let before = match &ctx.before_bin {
         Some(bin) => {
-            let bin = PathBuf::from(bin);
+            let bin = bin.clone();
             eprintln!("  health: {} serves as the before", bin.display());
             Some((
                 Tidings::serve(Launch {
