@@ -20,7 +20,7 @@ use crate::Either;
 /// Note, however, that with Postgres you can get much better performance by using arrays
 /// and `UNNEST()`: bind each column as one array and select the rows from
 /// `UNNEST($1::type[], $2::type[], ...)` instead of a `VALUES` list (Tidings patch: this
-/// paragraph no longer cites upstream's FAQ.md, which is not vendored; vendor/README.md).
+/// paragraph explains it in place of a link upstream had; vendor/README.md).
 pub struct QueryBuilder<'args, DB>
 where
     DB: Database,
