@@ -7,7 +7,7 @@
 //! endpoints are measured on it in the same repetitions, alternating which
 //! server goes first: the run carries its own before/after of the server.
 
-use std::{path::PathBuf, time::Instant};
+use std::time::Instant;
 
 use serde_json::json;
 
@@ -27,33 +27,29 @@ const BEFORE_AFTER_REPS: usize = 5;
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let before = match &ctx.before_bin {
         Some(bin) => {
-            let bin = bin.clone();
             eprintln!("  health: {} serves as the before", bin.display());
-            Some((
+            Some(
                 Tidings::serve(Launch {
-                    bin: &bin,
+                    bin,
                     database_url: &ctx.target.url,
                     log_dir: &ctx.work_dir,
                     name: "serve-before",
                     env: server::main_server_env(),
                 })
                 .await?,
-                bin,
-            ))
+            )
         }
         None => None,
     };
-    let outcome = measure(ctx, before.as_ref().map(|(s, b)| (s, b))).await;
-    if let Some((server, _)) = before {
+    let outcome = measure(ctx, before.as_ref()).await;
+    if let Some(server) = before {
         server.stop().await;
     }
     outcome
 }
 
-async fn measure(
-    ctx: &Ctx,
-    before: Option<(&Tidings, &PathBuf)>,
-) -> anyhow::Result<WorkloadResult> {
+/// `before`: the before build's server, when `ctx.before_bin` is given.
+async fn measure(ctx: &Ctx, before: Option<&Tidings>) -> anyhow::Result<WorkloadResult> {
     let started = Instant::now();
     let mut w = WorkloadResult::new("health");
     let healthz = HttpRequest::get(ctx.server.url("/healthz"));
@@ -65,7 +61,7 @@ async fn measure(
     let probe = ctx.max(&readyz).await?;
     let (round_trips, _) = pg::round_trips(&ctx.pool, probe.requests).await?;
 
-    let before_requests = before.map(|(server, _)| {
+    let before_requests = before.map(|server| {
         (
             HttpRequest::get(server.url("/readyz")),
             HttpRequest::get(server.url("/healthz")),
@@ -126,7 +122,7 @@ async fn measure(
         &rps(&a),
         &rps(&c),
     ));
-    if let Some((_, bin)) = before {
+    if let (Some(_), Some(bin)) = (before, &ctx.before_bin) {
         w.ratios.push(Ratio::new(
             "readyz after ÷ before (same run)",
             "GET /readyz req/s, this build",
