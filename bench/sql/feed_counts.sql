@@ -1,9 +1,14 @@
--- GET /v1/feed/counts: the badge statement of server/src/store/feed.rs
--- (read_status). Parameters: $1 tenant, $2 user, $3-$5 the user's teams, $6 cap + 1,
--- $7 the tenant's horizon, $8 the counts carried over from the user's last statement
--- (store::feed::CountsBase; '{}' for none).
+-- GET /v1/feed/counts handed the counts carried over from the user's last
+-- statement (store::feed::CountsBase), as every request but a user's first
+-- is: the statement it runs, as server/src/store/feed.rs composes it
+-- (read_status_carried; no badge walks: the counts from the base and the
+-- entries since it, index-only from the read walk floor, up to the budget).
+-- When it cannot count so (the base does not hold, or a budget's worth or
+-- more came since), feed_counts_walk.sql runs instead. Parameters: $1
+-- tenant, $2 user, $3-$5 the user's teams, $6 cap + 1, $7 the tenant's
+-- horizon, $8 the counts base ('{}' for none).
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
--- source-fn: tidings_server::store::feed::counts_sql()
+-- source-fn: tidings_server::store::feed::counts_carried_sql()
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()
@@ -18,25 +23,6 @@ marks AS MATERIALIZED (
            coalesce(s.read_tx, 0) AS read_tx, coalesce(s.read_id, 0) AS read_id
     FROM (SELECT 1) AS one
     LEFT JOIN feed_state s ON s.tenant_id = $1 AND s.user_id = $2
-), 
-tops AS MATERIALIZED (
-    (SELECT t.team_id, e.tx, e.id FROM teams t CROSS JOIN LATERAL (
-        SELECT e.tx, e.id FROM events e
-        WHERE e.tenant_id = $1 AND e.team_id = t.team_id
-          AND (e.tx, e.id) > (t.joined_tx, t.joined_id)
-          AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-        ORDER BY e.tx DESC, e.id DESC
-        LIMIT 1
-    ) e)
-    UNION ALL
-    (SELECT NULL::text, i.tx, i.id FROM inbox_items i
-     WHERE i.tenant_id = $1 AND i.recipient_id = $2
-       AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-     ORDER BY i.tx DESC, i.id DESC
-     LIMIT 1)
-),
-head AS (
-    SELECT tx, id FROM tops ORDER BY tx DESC, id DESC LIMIT 1
 ), 
 floors AS MATERIALIZED (
     SELECT read_tx, read_id,
@@ -70,89 +56,48 @@ base AS MATERIALIZED (
                  a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
           FROM (SELECT $8::bigint[] AS a) AS given) AS b
     CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+), 
+new_floor AS MATERIALIZED (
+    SELECT CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS tx,
+           CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0::bigint ELSE f.read_id END AS id,
+           CASE WHEN b.valid AND NOT (b.unseen_n >= bu.n AND b.unread_n >= bu.n) THEN bu.n ELSE 0 END AS k
+    FROM base b CROSS JOIN floors f CROSS JOIN budget bu
 ),
-walk_floors AS MATERIALIZED (
-    SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
-           CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS read_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0 ELSE f.read_id END AS read_id,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN b.asof ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN 0 ELSE f.unseen_id END AS unseen_id
-    FROM floors f CROSS JOIN base b
-),
-team_floors AS MATERIALIZED (
-    SELECT t.team_id,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_tx ELSE f.read_tx END AS read_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.read_tx, f.read_id) THEN t.joined_id ELSE f.read_id END AS read_id,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_tx ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN (t.joined_tx, t.joined_id) > (f.unseen_tx, f.unseen_id) THEN t.joined_id ELSE f.unseen_id END AS unseen_id,
-           top.tx AS top_tx, top.id AS top_id
-    FROM teams t JOIN tops top ON top.team_id = t.team_id CROSS JOIN walk_floors f
-    ORDER BY top.tx DESC, top.id DESC
-),
-walk_limits AS MATERIALIZED (
-    -- The unread walk stands in for both when the floors are equal, so the
-    -- unseen walk goes as far as either needs.
-    SELECT greatest(0, b.n - least(w.unseen_base, w.unread_base)) AS unseen,
-           CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id) THEN 0
-                ELSE greatest(0, b.n - w.unread_base) END AS unread
-    FROM walk_floors w CROSS JOIN budget b
-),
-unseen_scan AS MATERIALIZED (
-    SELECT count(*) AS n FROM (
-        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
-            SELECT 1 FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
-              AND (e.tx, e.id) > (tf.unseen_tx, tf.unseen_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
+new_positions AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT e.tx, e.id FROM teams t CROSS JOIN new_floor nf CROSS JOIN LATERAL (
+            SELECT e.tx, e.id FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+              AND (e.tx, e.id) > (CASE WHEN (t.joined_tx, t.joined_id) > (nf.tx, nf.id) THEN t.joined_tx ELSE nf.tx END,
+                                  CASE WHEN (t.joined_tx, t.joined_id) > (nf.tx, nf.id) THEN t.joined_id ELSE nf.id END)
+              AND e.tx < (SELECT tx FROM horizon)
             ORDER BY e.tx, e.id
-            LIMIT (SELECT unseen FROM walk_limits)
-        ) e
-         WHERE (tf.top_tx, tf.top_id) > (tf.unseen_tx, tf.unseen_id))
+            LIMIT nf.k
+        ) e)
         UNION ALL
-        (SELECT 1 FROM walk_floors f CROSS JOIN LATERAL (
-            SELECT 1 FROM inbox_items i
+        (SELECT i.tx, i.id FROM new_floor nf CROSS JOIN LATERAL (
+            SELECT i.tx, i.id FROM inbox_items i
             WHERE i.tenant_id = $1 AND i.recipient_id = $2
-              AND (i.tx, i.id) > (f.unseen_tx, f.unseen_id)
-              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
+              AND (i.tx, i.id) > (nf.tx, nf.id)
+              AND i.tx < (SELECT tx FROM horizon)
             ORDER BY i.tx, i.id
-            LIMIT (SELECT unseen FROM walk_limits)
+            LIMIT nf.k
         ) i)
-        LIMIT (SELECT unseen FROM walk_limits)
-    ) c
-),
-unread_scan AS MATERIALIZED (
-    SELECT count(*) AS n FROM (
-        (SELECT 1 FROM team_floors tf CROSS JOIN LATERAL (
-            SELECT 1 FROM events e
-            WHERE e.tenant_id = $1 AND e.team_id = tf.team_id
-              AND (e.tx, e.id) > (tf.read_tx, tf.read_id)
-              AND (e.tx, e.id) < ((SELECT tx FROM horizon), 0::bigint)
-            ORDER BY e.tx, e.id
-            LIMIT (SELECT unread FROM walk_limits)
-        ) e
-         WHERE (tf.top_tx, tf.top_id) > (tf.read_tx, tf.read_id))
-        UNION ALL
-        (SELECT 1 FROM walk_floors f CROSS JOIN LATERAL (
-            SELECT 1 FROM inbox_items i
-            WHERE i.tenant_id = $1 AND i.recipient_id = $2
-              AND (i.tx, i.id) > (f.read_tx, f.read_id)
-              AND (i.tx, i.id) < ((SELECT tx FROM horizon), 0::bigint)
-            ORDER BY i.tx, i.id
-            LIMIT (SELECT unread FROM walk_limits)
-        ) i)
-        LIMIT (SELECT unread FROM walk_limits)
-    ) c
-),
+    ) merged
+    LIMIT (SELECT k FROM new_floor)
+), 
 walked AS MATERIALIZED (
-    -- Entries from each floor up to the horizon, capped at the budget: what
-    -- the next statement may carry over.
-    SELECT least(w.unseen_base + u.n, b.n) AS unseen_n,
-           least(w.unread_base + CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id)
-                                      THEN u.n ELSE s.n END, b.n) AS unread_n,
-           b.n AS budget
-    FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
-),
+    SELECT least(b.unseen_n + w.unseen, bu.n) AS unseen_n,
+           least(b.unread_n + w.unread, bu.n) AS unread_n,
+           bu.n AS budget,
+           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < bu.n) AS carried_over
+    FROM base b CROSS JOIN budget bu CROSS JOIN (
+        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (f.unseen_tx, f.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (p.tx, p.id) > (f.read_tx, f.read_id)) AS unread
+        FROM new_positions p CROSS JOIN floors f CROSS JOIN base b
+        WHERE (p.tx, p.id) > (b.asof, 0::bigint)
+    ) w
+), 
 badges AS MATERIALIZED (
     SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
                 ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
@@ -160,7 +105,7 @@ badges AS MATERIALIZED (
            CASE WHEN k.unread_n >= k.budget THEN $6
                 ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
                                              WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
+           k.unseen_n, k.unread_n, k.budget, p.n AS purges, k.carried_over AS carried_over
     FROM walked k CROSS JOIN purges p CROSS JOIN base b
 )
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen,

@@ -154,6 +154,7 @@ pub fn server_sql(name: &str) -> anyhow::Result<String> {
             feed::feed_page_sql(feed::PageKind::Before).into()
         }
         "tidings_server::store::feed::counts_sql()" => feed::counts_sql().into(),
+        "tidings_server::store::feed::counts_carried_sql()" => feed::counts_carried_sql().into(),
         // The worker's default batch, as the harness runs it.
         "tidings_server::store::outbox::claim_sql(100)" => outbox::claim_sql(100),
         "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql().into(),

@@ -220,6 +220,24 @@ pub async fn status(
     let (status, walk) = state
         .replicas
         .read(Some((tenant_id, user)), token, |mut conn| async move {
+            // Handed a base, the counts come from the entries since it; when
+            // that statement cannot tell (the base does not hold in its
+            // snapshot, or a budget's worth came since), the one that walks
+            // answers instead, whole, as for a first page.
+            if let Some(base) = base.as_ref() {
+                let carried = store::read_status_carried(
+                    &mut *conn,
+                    tenant_id,
+                    user,
+                    counted_with,
+                    horizon,
+                    base,
+                )
+                .await?;
+                if let Some(answer) = carried {
+                    return Ok(answer);
+                }
+            }
             store::read_status(
                 &mut *conn,
                 tenant_id,

@@ -1301,3 +1301,200 @@ async fn first_page_counts_stay_exact_when_more_came_than_the_page_holds() {
     );
     assert_eq!(counts().await, (10, 10));
 }
+
+/// The counts handed a base count from the entries since it instead of
+/// walking (`store::feed::read_status_carried`, k = the budget): whenever it
+/// answers, its answer must be the walk's, count for count and in what the
+/// next statement carries over; and it must answer nothing when it cannot
+/// tell — a budget's worth of new items or more since an uncapped base, or a
+/// base that no longer holds (a mark, an item read).
+#[tokio::test]
+async fn the_counts_count_from_the_entries_since_the_base_only_what_the_walk_would_count() {
+    use tidings_server::store::{feed as store, horizon, teams};
+    let (f, token) = member_of("team", "u").await;
+    let api = f.api();
+    let user = f.app.user(&token);
+    api.put_member("quiet", "u").expect(201).await;
+    let tenant = f.tenant.uuid();
+    let teams = teams::list_memberships_of_user(&f.pool, tenant, "u")
+        .await
+        .expect("teams");
+    assert_eq!(teams.len(), 2);
+    let pool = &f.pool;
+    let teams = &teams;
+    // The walk from the floors, with no base: what the counts must be.
+    let walked = || async move {
+        let horizon = horizon::read_feed_horizons(pool)
+            .await
+            .expect("horizon")
+            .of(tenant);
+        let (status, walk) = store::read_status(pool, tenant, "u", teams, horizon, None)
+            .await
+            .expect("walked counts");
+        (status, walk, horizon)
+    };
+    let carried = |base: store::CountsBase, horizon: i64| async move {
+        store::read_status_carried(pool, tenant, "u", teams, horizon, &base)
+            .await
+            .expect("carried counts")
+    };
+    // Counted from the entries since `base`: the walk's answer, and its base.
+    let counted = |base: store::CountsBase, why: &'static str| async move {
+        let (status, walk, horizon) = walked().await;
+        let (c_status, c_walk) = carried(base, horizon)
+            .await
+            .unwrap_or_else(|| panic!("{why}: the entries since the base tell"));
+        assert_eq!(c_status.marks, status.marks, "{why}: marks");
+        assert_eq!(c_status.badges, status.badges, "{why}: badges");
+        assert_eq!(c_walk.next, walk.next, "{why}: what the next one carries");
+        assert!(c_walk.carried_over);
+        (c_status.badges, c_walk.next)
+    };
+    // Not counted from the base: the walk's badges and base.
+    let not_counted = |base: store::CountsBase, why: &'static str| async move {
+        let (status, walk, horizon) = walked().await;
+        assert!(carried(base, horizon).await.is_none(), "{why}: walk");
+        (status.badges, walk.next)
+    };
+    let counts = |b: store::Badges| (b.unread, b.unseen, b.capped);
+    let alert = |n: usize| {
+        json!({
+            "event_type": "invoice.overdue",
+            "entity_id": format!("inv-{n}"),
+            "recipients": ["u"],
+            "channels": ["in_app"],
+            "subject": "Invoice overdue",
+            "payload": {}
+        })
+    };
+
+    let first = post_batch(&api, "team", 5).await;
+    let (status, walk, _) = walked().await;
+    assert_eq!(counts(status.badges), (5, 5, false));
+    let mut base = walk.next;
+
+    let (badges, next) = counted(base, "nothing new").await;
+    assert_eq!(counts(badges), (5, 5, false));
+    base = next;
+    post_batch(&api, "team", 2).await;
+    api.create_alert(&alert(1)).expect(202).await;
+    until_all_served().await;
+    let (badges, next) = counted(base, "some new, an alert among them").await;
+    assert_eq!(counts(badges), (8, 8, false));
+    base = next;
+
+    // Marks move the floors: the base no longer holds.
+    user.mark_seen(&up_to(first[2]["cursor"].as_str()))
+        .expect(200)
+        .await;
+    let (badges, next) = not_counted(base, "a mark").await;
+    assert_eq!(counts(badges), (8, 5, false));
+    base = next;
+    post_batch(&api, "team", 1).await;
+    let (badges, next) = counted(base, "new above floors that differ").await;
+    assert_eq!(counts(badges), (9, 6, false));
+    base = next;
+
+    // An item read one by one changes the budget: the base no longer holds.
+    user.mark_item_read(first[4]["id"].as_i64().expect("id"))
+        .expect(200)
+        .await;
+    let (badges, next) = not_counted(base, "an item read").await;
+    assert_eq!(counts(badges), (8, 5, false));
+    base = next;
+    post_batch(&api, "team", 1).await;
+    api.create_alert(&alert(2)).expect(202).await;
+    until_all_served().await;
+    let (badges, next) = counted(base, "new after an item read").await;
+    assert_eq!(counts(badges), (10, 7, false));
+    base = next;
+
+    // k = the budget: cap + 1 + the one item read one by one = 1,002. One
+    // fewer new items than k: counted, and capped.
+    let budget = base.budget;
+    assert_eq!(budget, i64::from(tidings_core::BADGE_CAP) + 2);
+    post_batch(&api, "team", 1000).await;
+    post_batch(&api, "team", 1).await;
+    let (badges, next) = counted(base, "k - 1 new").await;
+    assert_eq!(counts(badges), (1000, 1000, true));
+    base = next;
+    // A capped base counts nothing more, and needs no count.
+    post_batch(&api, "team", 3).await;
+    let (badges, next) = counted(base, "new above a capped base").await;
+    assert_eq!(counts(badges), (1000, 1000, true));
+    base = next;
+
+    // Exactly k, then more than k, new items since an uncapped base: the
+    // entries since it cannot tell the unseen from the unread count apart.
+    for (new, why) in [(1001, "exactly k new"), (1003, "more than k new")] {
+        user.mark_read(&up_to(None)).expect(200).await;
+        let (badges, next) = not_counted(base, "a mark").await;
+        assert_eq!(counts(badges), (0, 0, false));
+        base = next;
+        assert_eq!(base.budget, i64::from(tidings_core::BADGE_CAP) + 1);
+        post_batch(&api, "team", 1000).await;
+        post_batch(&api, "team", new - 1000).await;
+        let (badges, next) = not_counted(base, why).await;
+        assert_eq!(counts(badges), (1000, 1000, true));
+        base = next;
+    }
+}
+
+/// The counts after a budget's worth of new items or more since the base
+/// cannot come from the entries since it; the service then answers with the
+/// statement that walks (one statement, one snapshot), so the counts stay
+/// exact whichever counted.
+#[tokio::test]
+async fn counts_stay_exact_when_more_came_since_the_base_than_its_budget() {
+    let (f, token) = member_of("team", "u").await;
+    let api = f.api();
+    let user = f.app.user(&token);
+    let counts = || async { user.counts().expect(200).await };
+    let first = post_batch(&api, "team", 4).await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 4, "unseen": 4, "capped": false}),
+        "first read: walked"
+    );
+    user.mark_seen(&up_to(first[1]["cursor"].as_str()))
+        .expect(200)
+        .await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 4, "unseen": 2, "capped": false}),
+        "after a mark: counted since the base the mark's answer walked"
+    );
+    post_batch(&api, "team", 3).await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 7, "unseen": 5, "capped": false}),
+        "three new: counted since the base"
+    );
+    // k = the budget (cap + 1): the counts cannot tell, the walk answers.
+    post_batch(&api, "team", 1000).await;
+    post_batch(&api, "team", 1).await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 1000, "unseen": 1000, "capped": true}),
+        "k new: walked from the base"
+    );
+    user.mark_read(&up_to(first[3]["cursor"].as_str()))
+        .expect(200)
+        .await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 1000, "unseen": 1000, "capped": true}),
+        "still a thousand and more above the new read mark"
+    );
+    user.mark_read(&up_to(None)).expect(200).await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 0, "unseen": 0, "capped": false})
+    );
+    post_batch(&api, "team", 2).await;
+    assert_eq!(
+        counts().await,
+        json!({"unread": 2, "unseen": 2, "capped": false}),
+        "counted since the base"
+    );
+}

@@ -20,11 +20,14 @@
 //! feed_counts_v1.sql) and before a reader whose sources fit the page had
 //! each source scanned once (feed_page_v2.sql), so every run carries its own
 //! before/after of the SQL; and before a first page handed a counts base
-//! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql). The
-//! 20-team reader's first page runs feed_page.sql (sources fit the page), the
-//! wide reader's feed_page_many.sql; both with the counts carried over, as
-//! every request here but the first. feed_page_walk.sql is the statement a
-//! first page without a usable base runs (it walks).
+//! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql), and
+//! before the counts handed a base counted from the entries since it
+//! (feed_counts_v2.sql). The 20-team reader's first page runs feed_page.sql
+//! (sources fit the page), the wide reader's feed_page_many.sql, the counts
+//! feed_counts.sql; all with the counts carried over, as every request here
+//! but the first. feed_page_walk.sql and feed_counts_walk.sql are the
+//! statements a first page and the counts without a usable base run (they
+//! walk).
 //!
 //! **What pgbench runs is what a request runs.** The server carries each
 //! user's badge walk over from the user's last statement on the instance
@@ -350,8 +353,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         },
         Reference {
             name: "counts SQL, counts not carried over",
-            script: "feed_counts",
+            script: "feed_counts_walk",
             vars: reader.vars(None, None, Carry::Nothing),
+            against: COUNTS,
+        },
+        Reference {
+            name: "counts SQL before counting from the entries since the base (badge walks in every statement)",
+            script: "feed_counts_v2",
+            vars: reader.vars(None, None, Carry::Over),
             against: COUNTS,
         },
         Reference {

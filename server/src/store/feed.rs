@@ -20,7 +20,8 @@
 //! items) in all, and walk only what is newer than the user's previous
 //! statement when its counts are handed back and still hold ([`CountsBase`]);
 //! a first page handed them counts from its own positions instead, when they
-//! tell ([`read_first_page_carried`]).
+//! tell ([`read_first_page_carried`]), and the counts from the positions
+//! since the base alone ([`read_status_carried`]).
 
 use std::sync::LazyLock;
 
@@ -377,29 +378,84 @@ walked AS MATERIALIZED (
     FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
 )";
 
-/// The counts of a first page handed a base, taken from the page instead of
-/// walked (`feed_page_carried_sql`). A first page's positions are the feed's
-/// k = limit + 1 newest, so when fewer than k of them lie above the read walk
-/// floor (the later of the base's horizon and the read watermark; the unseen
-/// floor is at or above it), the page holds every entry above that floor and
-/// counting the page's entries above each floor is the walk, exactly. Else
-/// the counts stand on the base only when it is capped (nothing to add). The
-/// walk floors are those of `walk_floors` with a valid base; the page's
-/// positions are already after each team's join and below the horizon.
-/// `carried_over` is false when the base does not hold or the page cannot
-/// tell: the caller then runs the statement that walks.
-const PAGE_WALK: &str = "
+/// Counts taken from positions instead of walked, by a statement handed a
+/// base: `positions` holds, newest or not, the entries a walk from the base
+/// would count, when fewer than `k` of them lie above the read walk floor
+/// (the later of the base's horizon and the read watermark; the unseen floor
+/// is at or above it). Counting those above each floor is then the walk,
+/// exactly; else the counts stand on the base only when it is capped
+/// (nothing to add). The walk floors are those of `walk_floors` with a valid
+/// base; the positions are already after each team's join and below the
+/// horizon. `carried_over` is false when the base does not hold or the
+/// positions cannot tell: the caller then runs the statement that walks.
+///
+/// Two statements count so. A first page (`feed_page_carried_sql`) counts
+/// its own page: its positions are the feed's k = limit + 1 newest, so when
+/// fewer than k lie above the floor, they are all of them. The counts
+/// (`counts_carried_sql`) have no page, and scan from the floor instead
+/// ([`NEW_POSITIONS`]).
+fn positions_walk(positions: &str, k: &str) -> String {
+    format!(
+        "
 walked AS MATERIALIZED (
     SELECT least(b.unseen_n + w.unseen, bu.n) AS unseen_n,
            least(b.unread_n + w.unread, bu.n) AS unread_n,
            bu.n AS budget,
-           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < $11) AS carried_over
+           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < {k}) AS carried_over
     FROM base b CROSS JOIN budget bu CROSS JOIN (
         SELECT count(*) FILTER (WHERE (p.tx, p.id) > (f.unseen_tx, f.unseen_id)) AS unseen,
                count(*) FILTER (WHERE (p.tx, p.id) > (f.read_tx, f.read_id)) AS unread
-        FROM page_positions p CROSS JOIN floors f CROSS JOIN base b
+        FROM {positions} p CROSS JOIN floors f CROSS JOIN base b
         WHERE (p.tx, p.id) > (b.asof, 0::bigint)
     ) w
+)"
+    )
+}
+
+/// The positions the counts handed a base count from (`counts_carried_sql`,
+/// with [`positions_walk`]): the entries above the read walk floor (each
+/// team's, above the later of its join and that floor), index-only, oldest
+/// first from the floor as the walks scan, up to k of them in all. Nothing
+/// new since the base costs one empty descent per source.
+///
+/// k is the budget (cap + 1 + the user's individually read items), the
+/// number the walk stops at. The counts have no page whose positions come
+/// for free, so k buys nothing by being small: with the scan starting at
+/// the floor, a smaller k would only send a user with between k and the
+/// budget new items since the base to a second statement, the walk, which
+/// then scans them again. Fewer than the budget above the floor: both counts
+/// are exact from them. The budget or more: the read count is capped but the
+/// unseen one may not be (the unseen floor may be higher), so the walk
+/// answers. A base that does not hold, or is capped, scans nothing (k = 0).
+const NEW_POSITIONS: &str = "
+new_floor AS MATERIALIZED (
+    SELECT CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS tx,
+           CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0::bigint ELSE f.read_id END AS id,
+           CASE WHEN b.valid AND NOT (b.unseen_n >= bu.n AND b.unread_n >= bu.n) THEN bu.n ELSE 0 END AS k
+    FROM base b CROSS JOIN floors f CROSS JOIN budget bu
+),
+new_positions AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT e.tx, e.id FROM teams t CROSS JOIN new_floor nf CROSS JOIN LATERAL (
+            SELECT e.tx, e.id FROM events e
+            WHERE e.tenant_id = $1 AND e.team_id = t.team_id
+              AND (e.tx, e.id) > (CASE WHEN (t.joined_tx, t.joined_id) > (nf.tx, nf.id) THEN t.joined_tx ELSE nf.tx END,
+                                  CASE WHEN (t.joined_tx, t.joined_id) > (nf.tx, nf.id) THEN t.joined_id ELSE nf.id END)
+              AND e.tx < (SELECT tx FROM horizon)
+            ORDER BY e.tx, e.id
+            LIMIT nf.k
+        ) e)
+        UNION ALL
+        (SELECT i.tx, i.id FROM new_floor nf CROSS JOIN LATERAL (
+            SELECT i.tx, i.id FROM inbox_items i
+            WHERE i.tenant_id = $1 AND i.recipient_id = $2
+              AND (i.tx, i.id) > (nf.tx, nf.id)
+              AND i.tx < (SELECT tx FROM horizon)
+            ORDER BY i.tx, i.id
+            LIMIT nf.k
+        ) i)
+    ) merged
+    LIMIT (SELECT k FROM new_floor)
 )";
 
 /// The badges from what was walked (`walked`); `carried` says whether the
@@ -606,7 +662,7 @@ fn feed_sql(kind: PageKind) -> String {
 }
 
 /// `carried`: a first page's statement handed a base, which counts from its
-/// own page ([`PAGE_WALK`]) instead of walking: none of the walks' CTEs are
+/// own page ([`positions_walk`]) instead of walking: none of the walks' CTEs are
 /// in it (they cost executor start-up even when they walk nothing).
 fn feed_sql_with(kind: PageKind, carried: bool) -> String {
     let dir = match kind {
@@ -621,8 +677,9 @@ fn feed_sql_with(kind: PageKind, carried: bool) -> String {
             format!("{TOPS}, ")
         };
         format!(
-            "{tops}{page},{check},{PAGE_WALK},{badges}",
+            "{tops}{page},{check},{walk},{badges}",
             page = page_ctes(kind),
+            walk = positions_walk("page_positions", "$11"),
             check = counts_check_ctes("$13"),
             badges = badges_cte("k.carried_over")
         )
@@ -666,15 +723,33 @@ static FEED_FIRST_CARRIED: LazyLock<String> =
 static FEED_FIRST_FEW_CARRIED: LazyLock<String> =
     LazyLock::new(|| feed_sql_with(PageKind::FirstFew, true));
 
-static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH {prelude}, {TOPS}, {counts}
+/// The counts statement's answer, whichever way it counted.
+const STATUS_SELECT: &str = "
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id, c.unread, c.unseen,
        (SELECT tx FROM horizon) AS counted_below, c.purges, c.budget, c.unseen_n, c.unread_n,
        c.carried_over
-FROM marks m CROSS JOIN badges c",
+FROM marks m CROSS JOIN badges c";
+
+/// The counts, walked (from the base when it holds, else from the floors).
+/// `$7` the horizon, `$8` the base.
+static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {prelude}, {TOPS}, {counts}{STATUS_SELECT}",
         prelude = prelude("$7"),
         counts = counts_ctes("$8")
+    )
+});
+
+/// The counts handed a base, from the positions since it
+/// ([`NEW_POSITIONS`], [`positions_walk`]) instead of walked: none of the
+/// walks' CTEs (nor `tops`) are in it. Parameters as [`STATUS_SQL`].
+static STATUS_CARRIED_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {prelude}, {check}, {NEW_POSITIONS}, {walk}, {badges}{STATUS_SELECT}",
+        prelude = prelude("$7"),
+        check = counts_check_ctes("$8"),
+        walk = positions_walk("new_positions", "bu.n"),
+        badges = badges_cte("k.carried_over")
     )
 });
 
@@ -723,9 +798,15 @@ pub fn feed_page_carried_sql(kind: PageKind) -> &'static str {
     }
 }
 
-/// The SQL of the badge counts, for EXPLAIN.
+/// The SQL of the badge counts, walked ([`read_status`]), for EXPLAIN.
 pub fn counts_sql() -> &'static str {
     &STATUS_SQL
+}
+
+/// The SQL of the badge counts handed a base ([`read_status_carried`]), for
+/// EXPLAIN in measurements and tests.
+pub fn counts_carried_sql() -> &'static str {
+    &STATUS_CARRIED_SQL
 }
 
 // ---------------------------------------------------------------------------
@@ -977,8 +1058,47 @@ pub async fn read_status(
     horizon: i64,
     base: Option<&CountsBase>,
 ) -> Result<(FeedStatus, BadgeWalk), sqlx::Error> {
+    fetch_status(db, &STATUS_SQL, tenant_id, user_id, teams, horizon, base).await
+}
+
+/// The user's watermarks and badge counts as [`read_status`] answers them,
+/// counted from `base` and the entries since it instead of walked
+/// ([`counts_carried_sql`]): one snapshot, as there. `None` when this
+/// statement cannot count so — the base does not hold in its snapshot, or a
+/// budget's worth of items or more above a floor came since the base while it
+/// was not capped — and the caller runs [`read_status`], which walks.
+pub async fn read_status_carried(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    horizon: i64,
+    base: &CountsBase,
+) -> Result<Option<(FeedStatus, BadgeWalk)>, sqlx::Error> {
+    let (status, walk) = fetch_status(
+        db,
+        &STATUS_CARRIED_SQL,
+        tenant_id,
+        user_id,
+        teams,
+        horizon,
+        Some(base),
+    )
+    .await?;
+    Ok(walk.carried_over.then_some((status, walk)))
+}
+
+async fn fetch_status(
+    db: impl PgExecutor<'_>,
+    sql: &'static str,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    horizon: i64,
+    base: Option<&CountsBase>,
+) -> Result<(FeedStatus, BadgeWalk), sqlx::Error> {
     let (team_ids, joined_tx, joined_id) = team_arrays(teams);
-    let row: StatusRow = sqlx::query_as(&STATUS_SQL)
+    let row: StatusRow = sqlx::query_as(sql)
         .bind(tenant_id)
         .bind(user_id)
         .bind(&team_ids)
