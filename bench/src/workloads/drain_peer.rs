@@ -412,31 +412,85 @@ async fn flush_lsn(pool: &PgPool) -> anyhow::Result<(String, i64)> {
     .await?)
 }
 
+/// CPU time spent while a drain ran, in seconds: the loops' own database
+/// backends (NaN when they are not on this machine), and this process (the client: the drivers, decoding, the
+/// runtime). On 2 cores with 2 or more loops the drain is CPU-bound, so these
+/// say where a message's time goes once latency no longer does.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuSeconds {
+    backends: f64,
+    client: f64,
+}
+
+/// User + system CPU seconds so far of a PostgreSQL backend on this machine,
+/// from `/proc/<pid>/stat` (fields 14 and 15, in USER_HZ ticks, which Linux
+/// fixes at 100 for /proc). An error when no `postgres` process has that pid
+/// here (a bench cluster on another machine).
+fn backend_cpu_seconds(pid: i32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let (head, rest) = stat
+        .rsplit_once(')')
+        .context("malformed /proc/<pid>/stat")?;
+    anyhow::ensure!(
+        head.ends_with("(postgres"),
+        "process {pid} here is not a PostgreSQL backend"
+    );
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i - 3)
+            .context("short /proc/<pid>/stat")?
+            .parse::<u64>()? as f64)
+    };
+    Ok((ticks(14)? + ticks(15)?) / 100.0)
+}
+
+fn own_cpu_seconds() -> anyhow::Result<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Ok(secs(u.user_time()) + secs(u.system_time()))
+}
+
 /// `n` loops, each on its own connection, until nothing is left; returns the
-/// seconds from the first read to the last completion.
+/// seconds from the first read to the last completion and the CPU spent.
 async fn drain(
     ctx: &Ctx,
     system: System,
     loops: usize,
     statements: &Arc<OutboxStatements>,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, CpuSeconds)> {
     // (Before: the statements of then; pgmq: unused.)
     let options = PgConnectOptions::from_str(&ctx.target.url)?
         .application_name(APP_NAME)
         .options([("search_path", format!("{},public", system.schema()))])
         .disable_statement_logging();
     let mut conns = vec![];
+    let mut backends = vec![];
     for _ in 0..loops {
-        conns.push(PgConnection::connect_with(&options).await?);
+        let mut conn = PgConnection::connect_with(&options).await?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await?;
+        backends.push(pid);
+        conns.push(conn);
     }
+    let client0 = own_cpu_seconds()?;
     // The pgmq client needs a pool to exist; every call below names its
     // connection (`*_with_cxn`).
     let client = Arc::new(pgmq::PGMQueueExt::new_with_pool(ctx.pool.clone()).await);
     let t0 = Instant::now();
     let mut tasks = vec![];
-    for mut conn in conns {
+    for (mut conn, pid) in conns.into_iter().zip(backends) {
         let (client, statements) = (client.clone(), statements.clone());
         tasks.push(tokio::spawn(async move {
+            // Its backend's CPU, read while it lives (it exits with the
+            // connection). The bench cluster runs on this machine; a remote
+            // one (BENCH_DATABASE_URL) has no /proc here: None.
+            let backend0 = backend_cpu_seconds(pid).ok();
             let result = match system {
                 System::PgmqArchive | System::PgmqDelete => {
                     pgmq_drain(&client, system, &mut conn).await
@@ -445,24 +499,35 @@ async fn drain(
                     statements.drain(&mut conn).await
                 }
             };
+            let backend_cpu = backend0
+                .zip(backend_cpu_seconds(pid).ok())
+                .map(|(b0, b1)| b1 - b0);
             // Statistics reach pg_stat_user_tables when the backend goes idle
             // or exits; ask for it and leave.
             let _ = sqlx::query("SELECT pg_stat_force_next_flush()")
                 .execute(&mut conn)
                 .await;
             let _ = conn.close().await;
-            result
+            result.map(|n| (n, backend_cpu))
         }));
     }
     let mut done = 0;
+    let mut backends_cpu = Some(0.0);
     let mut first_error = None;
     for t in tasks {
         match t.await? {
-            Ok(n) => done += n,
+            Ok((n, cpu)) => {
+                done += n;
+                backends_cpu = backends_cpu.zip(cpu).map(|(sum, c)| sum + c);
+            }
             Err(err) => first_error = first_error.or(Some(err)),
         }
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = CpuSeconds {
+        backends: backends_cpu.unwrap_or(f64::NAN),
+        client: own_cpu_seconds()? - client0,
+    };
     if let Some(err) = first_error {
         return Err(err.context(format!("{} drain", system.label())));
     }
@@ -479,7 +544,7 @@ async fn drain(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     anyhow::ensure!(done > 0, "{}: nothing drained", system.label());
-    Ok(secs)
+    Ok((secs, cpu))
 }
 
 /// One loop of pgmq: read a batch, archive or delete it, until nothing is
@@ -687,6 +752,7 @@ struct Run {
     workers: usize,
     rep: usize,
     seconds: f64,
+    cpu: CpuSeconds,
     wal_bytes: i64,
     wal: WalRecords,
     before: TableStats,
@@ -697,7 +763,7 @@ struct Run {
 impl Run {
     fn figure(&self, backlog: i64) -> Value {
         let per = |x: i64| x as f64 / backlog as f64;
-        json!({
+        let mut figure = json!({
             "system": self.system.key(),
             "workers": self.workers,
             "rep": self.rep,
@@ -717,6 +783,9 @@ impl Run {
             // Server-side execution time per message, microseconds.
             "take_exec_us_per_msg": self.statements.take_ms * 1000.0 / backlog as f64,
             "finish_exec_us_per_msg": self.statements.finish_ms * 1000.0 / backlog as f64,
+            // CPU per message, microseconds: the client (and the loops'
+            // backends, below, when they run on this machine).
+            "client_cpu_us_per_msg": self.cpu.client * 1e6 / backlog as f64,
             "take_calls": self.statements.take_calls,
             "finish_calls": self.statements.finish_calls,
             // Every record type that is not noise, for the curious.
@@ -735,7 +804,11 @@ impl Run {
             "index_bytes_after": self.after.index_bytes,
             "table_bytes_before": self.before.heap_bytes,
             "index_bytes_before": self.before.index_bytes,
-        })
+        });
+        if self.cpu.backends.is_finite() {
+            figure["backend_cpu_us_per_msg"] = json!(self.cpu.backends * 1e6 / backlog as f64);
+        }
+        figure
     }
 }
 
@@ -790,24 +863,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     System::PlannedPerCall => &statements_v2,
                     _ => &statements,
                 };
-                let seconds = drain(ctx, system, workers, run_statements).await?;
+                let (seconds, cpu) = drain(ctx, system, workers, run_statements).await?;
                 let (to, to_bytes) = flush_lsn(&ctx.pool).await?;
                 let statement_time = statement_time(&ctx.pool).await?;
                 verify(&ctx.pool, system, backlog).await?;
                 let after = table_stats(&ctx.pool, system).await?;
                 let wal = wal_records(ctx, &wal_dir, &from, &to).await?;
                 eprintln!(
-                    "    {:<30} {:>8.0} msg/s  {:>6.0} WAL B/msg  {:>4.1} B-tree ins/msg",
+                    "    {:<30} {:>8.0} msg/s  {:>6.0} WAL B/msg  {:>4.1} B-tree ins/msg  CPU µs/msg {:>5.1} db + {:>5.1} client",
                     system.label(),
                     backlog as f64 / seconds,
                     (to_bytes - from_bytes) as f64 / backlog as f64,
-                    wal.btree_insertions() as f64 / backlog as f64
+                    wal.btree_insertions() as f64 / backlog as f64,
+                    cpu.backends * 1e6 / backlog as f64,
+                    cpu.client * 1e6 / backlog as f64
                 );
                 runs.push(Run {
                     system,
                     workers,
                     rep,
                     seconds,
+                    cpu,
                     wal_bytes: to_bytes - from_bytes,
                     wal,
                     before,
@@ -997,6 +1073,27 @@ fn summarise(
         ]);
     }
     w.tables.push(t);
+
+    // Runs before this figure existed have none: no table for them.
+    if !samples(runs, System::Tidings, None, "client_cpu_us_per_msg").is_empty() {
+        let mut t = Table::new(
+            "CPU per message, µs: the loops' database backends + the client (median, same runs)",
+            &["system", "1 worker", "2 workers", "4 workers"],
+        );
+        for s in System::RUN {
+            let mut row = vec![s.label().to_string()];
+            for &n in &WORKERS {
+                let m = |key: &str| Spread::of(&samples(runs, s, Some(n), key)).median;
+                row.push(format!(
+                    "{:.1} + {:.1}",
+                    m("backend_cpu_us_per_msg"),
+                    m("client_cpu_us_per_msg")
+                ));
+            }
+            t.row(row);
+        }
+        w.tables.push(t);
+    }
     w.notes.push(format!(
         "pgmq {pgmq_version} installed as plain SQL from the `pgmq` crate; its client's \
          read_batch (visibility timeout 60 s) then archive_batch or delete_batch. Tidings: \
