@@ -10,17 +10,20 @@
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
 //!   fairness included, rows decoded into the server's `ClaimedDelivery`;
-//! - **Tidings, claim planned per call**: the same-run "before" of the claim
-//!   whose batch is written into its text (so PostgreSQL keeps its generic
-//!   plan) and which reaches its rows by ctid: the claim of commit 85dc95a
-//!   (bench/sql/outbox_claim_v2.sql) with today's completion, on the same table;
+//! - **Tidings, pages filled to half**: the same statements on a copy of the
+//!   migrated `deliveries` with fillfactor 50, migration 0015's, instead of
+//!   0018's 33: the same-run before of room on each page for the result.
+//!   (Runs before 0018 had **Tidings, claim planned per call** here, the
+//!   claim of 85dc95a, bench/sql/outbox_claim_v2.sql; their plots still
+//!   draw it.)
 //! - **Tidings before issue 15**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
 //!   `deliveries` with the indexes and storage settings of then
 //!   (`BEFORE_SCHEMA`).
 //!
-//! The Tidings tables of a run live in their own schema (`peer_tidings`:
+//! The Tidings tables of a run live in their own schema (`peer_tidings` and
+//! `peer_half_full`:
 //! `deliveries` and `alerts` copied from `public` with their indexes,
 //! constraints and storage settings; `peer_before`: the table as migrations
 //! 0005–0013 left it) and the drain's connections put it first on their
@@ -161,15 +164,21 @@ pub enum System {
     /// The statements of migration 0015, two per batch (no longer run; kept
     /// so that the plots of earlier runs can be redrawn).
     Previous,
-    /// The claim of 85dc95a (batch bound as `$1`: planned at every call).
+    /// The claim of 85dc95a (batch bound as `$1`: planned at every call),
+    /// the same-run before of the claim with its batch in its text (no
+    /// longer run; kept so that the plots of earlier runs can be redrawn).
     PlannedPerCall,
+    /// Today's statements on `deliveries` filled to half (migration 0015's
+    /// fillfactor): the same-run before of migration 0018's third.
+    HalfFull,
     Before,
 }
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 7] = [
         System::Tidings,
+        System::HalfFull,
         System::PlannedPerCall,
         System::Previous,
         System::Before,
@@ -179,7 +188,7 @@ impl System {
     /// The systems a run measures.
     pub const RUN: [System; 5] = [
         System::Tidings,
-        System::PlannedPerCall,
+        System::HalfFull,
         System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
@@ -192,6 +201,7 @@ impl System {
             System::Tidings => "tidings",
             System::Previous => "tidings_0015",
             System::PlannedPerCall => "tidings_v2",
+            System::HalfFull => "tidings_fillfactor_50",
             System::Before => "tidings_before",
         }
     }
@@ -203,6 +213,7 @@ impl System {
             System::Tidings => "Tidings claim + complete",
             System::Previous => "Tidings 0015 statements",
             System::PlannedPerCall => "Tidings, claim planned per call",
+            System::HalfFull => "Tidings, pages filled to half",
             System::Before => "Tidings before issue 15",
         }
     }
@@ -213,6 +224,7 @@ impl System {
             System::Tidings => "peer_tidings",
             System::Previous => "peer_0015",
             System::PlannedPerCall => "peer_v2",
+            System::HalfFull => "peer_half_full",
             System::Before => "peer_before",
         }
     }
@@ -221,7 +233,11 @@ impl System {
     fn hot_table(self) -> String {
         match self {
             System::PgmqArchive | System::PgmqDelete => format!("pgmq.q_{QUEUE}"),
-            System::Tidings | System::Previous | System::PlannedPerCall | System::Before => {
+            System::Tidings
+            | System::Previous
+            | System::PlannedPerCall
+            | System::HalfFull
+            | System::Before => {
                 format!("{}.deliveries", self.schema())
             }
         }
@@ -234,9 +250,11 @@ impl System {
             System::PgmqArchive | System::PgmqDelete => {
                 [self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
-            System::Tidings | System::Previous | System::PlannedPerCall | System::Before => {
-                [self.hot_table(), format!("{}.alerts", self.schema())]
-            }
+            System::Tidings
+            | System::Previous
+            | System::PlannedPerCall
+            | System::HalfFull
+            | System::Before => [self.hot_table(), format!("{}.alerts", self.schema())],
         }
     }
 }
@@ -295,7 +313,11 @@ async fn prepare(
                 lo = hi + 1;
             }
         }
-        System::Tidings | System::Previous | System::PlannedPerCall | System::Before => {
+        System::Tidings
+        | System::Previous
+        | System::PlannedPerCall
+        | System::HalfFull
+        | System::Before => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -313,6 +335,11 @@ async fn prepare(
                 create_deliveries_as_migrated(&mut tx, s).await?;
             } else {
                 create_deliveries_before_0015(&mut tx, s).await?;
+            }
+            if system == System::HalfFull {
+                sqlx::query(&format!("ALTER TABLE {s}.deliveries SET (fillfactor = 50)"))
+                    .execute(&mut *tx)
+                    .await?;
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
@@ -495,9 +522,11 @@ async fn drain(
                 System::PgmqArchive | System::PgmqDelete => {
                     pgmq_drain(&client, system, &mut conn).await
                 }
-                System::Tidings | System::Previous | System::PlannedPerCall | System::Before => {
-                    statements.drain(&mut conn).await
-                }
+                System::Tidings
+                | System::Previous
+                | System::PlannedPerCall
+                | System::HalfFull
+                | System::Before => statements.drain(&mut conn).await,
             };
             let backend_cpu = backend0
                 .zip(backend_cpu_seconds(pid).ok())
@@ -598,7 +627,11 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
                 system.label()
             );
         }
-        System::Tidings | System::Previous | System::PlannedPerCall | System::Before => {
+        System::Tidings
+        | System::Previous
+        | System::PlannedPerCall
+        | System::HalfFull
+        | System::Before => {
             let (sent, all): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
                  FROM {}",
@@ -822,11 +855,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "outbox_claim_v0.sql",
         "outbox_complete_v0.sql",
     )?);
-    let statements_v2 = Arc::new(OutboxStatements::load_files(
-        &ctx.repo,
-        "outbox_claim_v2.sql",
-        "outbox_complete.sql",
-    )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
@@ -860,7 +888,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
                 let run_statements = match system {
                     System::Before => &statements_before,
-                    System::PlannedPerCall => &statements_v2,
                     _ => &statements,
                 };
                 let (seconds, cpu) = drain(ctx, system, workers, run_statements).await?;
@@ -897,7 +924,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    for schema in ["peer_before", "peer_v2"] {
+    for schema in ["peer_before", "peer_half_full"] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .execute(&ctx.pool)
             .await?;
@@ -941,6 +968,24 @@ fn summarise(
     pgmq_version: &str,
 ) -> anyhow::Result<()> {
     let rate = |s: System, n: usize| samples(runs, s, Some(n), "per_sec");
+    // The same-run before of the latest change: half-full pages since
+    // migration 0018, the claim planned per call in the runs before it.
+    let (change, change_label, change_short, change_note) =
+        if samples(runs, System::HalfFull, None, "per_sec").is_empty() {
+            (
+                System::PlannedPerCall,
+                "claim planned per call",
+                "planned per call",
+                "the claim of 85dc95a (planned at every call) + the same completion, same run",
+            )
+        } else {
+            (
+                System::HalfFull,
+                "pages filled to half",
+                "half-full pages",
+                "the same statements on deliveries with fillfactor 50 (migration 0015's), same run",
+            )
+        };
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
@@ -955,12 +1000,12 @@ fn summarise(
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
-            &format!("outbox ÷ claim planned per call, {workers}"),
+            &format!("outbox ÷ {change_label}, {workers}"),
             &format!("Tidings claim + complete msgs/s ({workers})"),
-            "the claim of 85dc95a (planned at every call) + the same completion, same run",
+            change_note,
             None,
             &rate(System::Tidings, n),
-            &rate(System::PlannedPerCall, n),
+            &rate(change, n),
         ));
     }
     for &n in &WORKERS {
@@ -974,6 +1019,8 @@ fn summarise(
             &rate(System::Before, n),
         ));
     }
+    let change_vs_pgmq = format!("{change_short} ÷ pgmq archive");
+    let tidings_vs_change = format!("Tidings ÷ {change_short}");
     let mut t = Table::new(
         &format!(
             "Throughput, messages/s: {backlog} pending messages drained per run, batch {BATCH}"
@@ -984,9 +1031,9 @@ fn summarise(
             "pgmq read + delete",
             "Tidings claim + complete",
             "Tidings ÷ pgmq archive",
-            "Tidings, claim planned per call",
-            "planned per call ÷ pgmq archive",
-            "Tidings ÷ planned per call",
+            change.label(),
+            &change_vs_pgmq,
+            &tidings_vs_change,
             "Tidings before issue 15",
             "before ÷ pgmq archive",
             "Tidings ÷ before (speed-up)",
@@ -1001,7 +1048,7 @@ fn summarise(
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
-            rate(System::PlannedPerCall, n),
+            rate(change, n),
             rate(System::Before, n),
         );
         t.row(vec![
@@ -1103,13 +1150,18 @@ fn summarise(
          fairness probe over the tenants with open work. All on sqlx, one connection per \
          loop."
     ));
-    w.notes.push(
+    w.notes.push(if change == System::HalfFull {
+        "Tidings, pages filled to half: today's claim and completion on a copy of the migrated \
+         `deliveries` with fillfactor 50 (migration 0015's) instead of 33 (0018's): the \
+         same-run before of leaving room on each page for the result as well as the claim."
+            .into()
+    } else {
         "Tidings, claim planned per call: the claim of 85dc95a (bench/sql/outbox_claim_v2.sql: \
          the batch bound as a parameter, so PostgreSQL plans it at every call, and the picked \
          rows found again by primary key) with today's completion, on the same table: the \
          same-run before of the claim with the batch in its text and the ctid join."
-            .into(),
-    );
+            .into()
+    });
     w.notes.push(
         "Tidings before issue 15: the claim and completion of then \
          (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
@@ -1134,6 +1186,7 @@ fn color(s: System) -> plots::RGBColor {
         System::Tidings => plots::BLUE,
         System::Previous => plots::BROWN,
         System::PlannedPerCall => plots::BROWN,
+        System::HalfFull => plots::BROWN,
         System::PgmqArchive => plots::ORANGE,
         System::PgmqDelete => plots::GREEN,
         System::Before => plots::PURPLE,
@@ -1147,6 +1200,7 @@ fn short_label(s: System) -> &'static str {
         System::Tidings => "Tidings",
         System::Previous => "0015",
         System::PlannedPerCall => "per-call plan",
+        System::HalfFull => "half-full pages",
         System::Before => "before",
     }
 }
@@ -1234,6 +1288,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     };
     let mut ratio_lines: Vec<plots::Series> = [
         System::Tidings,
+        System::HalfFull,
         System::PlannedPerCall,
         System::Previous,
         System::Before,
