@@ -10,20 +10,21 @@
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
 //!   fairness included, rows decoded into the server's `ClaimedDelivery`;
-//! - **Tidings, pages filled to half**: the same statements on a copy of the
-//!   migrated `deliveries` with fillfactor 50, migration 0015's, instead of
-//!   0018's 33: the same-run before of room on each page for the result.
-//!   (Runs before 0018 had **Tidings, claim planned per call** here, the
-//!   claim of 85dc95a, bench/sql/outbox_claim_v2.sql; their plots still
-//!   draw it.)
+//! - **Tidings, claim planned per call**: the same-run "before" of the claim
+//!   whose batch is written into its text (so PostgreSQL keeps its generic
+//!   plan) and which reaches its rows by ctid: the claim of commit 85dc95a
+//!   (bench/sql/outbox_claim_v2.sql) with today's completion, on the same
+//!   table. (The run of commit 3956017 had **Tidings, pages filled to half**
+//!   here instead: today's statements at fillfactor 50 beside `deliveries`
+//!   filled to a third, a migration since reverted; its plots still draw it.)
 //! - **Tidings before issue 15**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
 //!   `deliveries` with the indexes and storage settings of then
 //!   (`BEFORE_SCHEMA`).
 //!
-//! The Tidings tables of a run live in their own schema (`peer_tidings` and
-//! `peer_half_full`:
+//! The Tidings tables of a run live in their own schema (`peer_tidings`,
+//! `peer_v2`:
 //! `deliveries` and `alerts` copied from `public` with their indexes,
 //! constraints and storage settings; `peer_before`: the table as migrations
 //! 0005–0013 left it) and the drain's connections put it first on their
@@ -165,11 +166,11 @@ pub enum System {
     /// so that the plots of earlier runs can be redrawn).
     Previous,
     /// The claim of 85dc95a (batch bound as `$1`: planned at every call),
-    /// the same-run before of the claim with its batch in its text (no
-    /// longer run; kept so that the plots of earlier runs can be redrawn).
+    /// the same-run before of the claim with its batch in its text.
     PlannedPerCall,
-    /// Today's statements on `deliveries` filled to half (migration 0015's
-    /// fillfactor): the same-run before of migration 0018's third.
+    /// Today's statements on `deliveries` filled to half while `deliveries`
+    /// was filled to a third (commit 3956017, reverted; run only by
+    /// 3956017's tier M run, kept so that its plots can be redrawn).
     HalfFull,
     Before,
 }
@@ -188,7 +189,7 @@ impl System {
     /// The systems a run measures.
     pub const RUN: [System; 5] = [
         System::Tidings,
-        System::HalfFull,
+        System::PlannedPerCall,
         System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
@@ -855,6 +856,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "outbox_claim_v0.sql",
         "outbox_complete_v0.sql",
     )?);
+    let statements_v2 = Arc::new(OutboxStatements::load_files(
+        &ctx.repo,
+        "outbox_claim_v2.sql",
+        "outbox_complete.sql",
+    )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
@@ -888,6 +894,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let (from, from_bytes) = flush_lsn(&ctx.pool).await?;
                 let run_statements = match system {
                     System::Before => &statements_before,
+                    System::PlannedPerCall => &statements_v2,
                     _ => &statements,
                 };
                 let (seconds, cpu) = drain(ctx, system, workers, run_statements).await?;
@@ -924,7 +931,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    for schema in ["peer_before", "peer_half_full"] {
+    for schema in ["peer_before", "peer_v2", "peer_half_full"] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .execute(&ctx.pool)
             .await?;

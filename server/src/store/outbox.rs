@@ -8,12 +8,12 @@
 //! is NULL or past, read from the row.
 //!
 //! The claim sets `attempts` and `claimed_until` only, columns no index and no
-//! index predicate reads, so on a page with room (fillfactor, migrations
-//! 0015 and 0018) it is a HOT update that writes no index entry. A claimed
-//! row keeps its status and its place in `deliveries_claimable`; the lease is
-//! what makes it `sending` (`store::deliveries::STATUS_SQL`). Rows of
-//! versions before migration 0015 may still be stored as `sending` with the
-//! lease in `next_attempt_at`; both statements accept them.
+//! index predicate reads, so on a page with room (fillfactor 50, migration
+//! 0015) it is a HOT update that writes no index entry. A claimed row keeps
+//! its status and its place in `deliveries_claimable`; the lease is what makes
+//! it `sending` (`store::deliveries::STATUS_SQL`). Rows of versions before
+//! migration 0015 may still be stored as `sending` with the lease in
+//! `next_attempt_at`; both statements accept them.
 
 use sqlx::PgExecutor;
 use tidings_core::Channel;
