@@ -169,8 +169,8 @@ pub enum System {
     /// the same-run before of the claim with its batch in its text.
     PlannedPerCall,
     /// Today's statements on `deliveries` filled to half while `deliveries`
-    /// was filled to a third (commit 3956017, reverted; run only by
-    /// 3956017's tier M run, kept so that its plots can be redrawn).
+    /// was filled to a third (commit 3956017, reverted): run only by
+    /// 3956017's tier M run, kept so that its plots can be redrawn.
     HalfFull,
     Before,
 }
@@ -336,11 +336,6 @@ async fn prepare(
                 create_deliveries_as_migrated(&mut tx, s).await?;
             } else {
                 create_deliveries_before_0015(&mut tx, s).await?;
-            }
-            if system == System::HalfFull {
-                sqlx::query(&format!("ALTER TABLE {s}.deliveries SET (fillfactor = 50)"))
-                    .execute(&mut *tx)
-                    .await?;
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
@@ -931,7 +926,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    for schema in ["peer_before", "peer_v2", "peer_half_full"] {
+    for schema in ["peer_before", "peer_v2"] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .execute(&ctx.pool)
             .await?;
@@ -975,24 +970,6 @@ fn summarise(
     pgmq_version: &str,
 ) -> anyhow::Result<()> {
     let rate = |s: System, n: usize| samples(runs, s, Some(n), "per_sec");
-    // The same-run before of the latest change: half-full pages since
-    // migration 0018, the claim planned per call in the runs before it.
-    let (change, change_label, change_short, change_note) =
-        if samples(runs, System::HalfFull, None, "per_sec").is_empty() {
-            (
-                System::PlannedPerCall,
-                "claim planned per call",
-                "planned per call",
-                "the claim of 85dc95a (planned at every call) + the same completion, same run",
-            )
-        } else {
-            (
-                System::HalfFull,
-                "pages filled to half",
-                "half-full pages",
-                "the same statements on deliveries with fillfactor 50 (migration 0015's), same run",
-            )
-        };
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
@@ -1007,12 +984,12 @@ fn summarise(
     for &n in &WORKERS {
         let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
         w.ratios.push(Ratio::new(
-            &format!("outbox ÷ {change_label}, {workers}"),
+            &format!("outbox ÷ claim planned per call, {workers}"),
             &format!("Tidings claim + complete msgs/s ({workers})"),
-            change_note,
+            "the claim of 85dc95a (planned at every call) + the same completion, same run",
             None,
             &rate(System::Tidings, n),
-            &rate(change, n),
+            &rate(System::PlannedPerCall, n),
         ));
     }
     for &n in &WORKERS {
@@ -1026,8 +1003,6 @@ fn summarise(
             &rate(System::Before, n),
         ));
     }
-    let change_vs_pgmq = format!("{change_short} ÷ pgmq archive");
-    let tidings_vs_change = format!("Tidings ÷ {change_short}");
     let mut t = Table::new(
         &format!(
             "Throughput, messages/s: {backlog} pending messages drained per run, batch {BATCH}"
@@ -1038,9 +1013,9 @@ fn summarise(
             "pgmq read + delete",
             "Tidings claim + complete",
             "Tidings ÷ pgmq archive",
-            change.label(),
-            &change_vs_pgmq,
-            &tidings_vs_change,
+            "Tidings, claim planned per call",
+            "planned per call ÷ pgmq archive",
+            "Tidings ÷ planned per call",
             "Tidings before issue 15",
             "before ÷ pgmq archive",
             "Tidings ÷ before (speed-up)",
@@ -1055,7 +1030,7 @@ fn summarise(
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
-            rate(change, n),
+            rate(System::PlannedPerCall, n),
             rate(System::Before, n),
         );
         t.row(vec![
@@ -1157,18 +1132,13 @@ fn summarise(
          fairness probe over the tenants with open work. All on sqlx, one connection per \
          loop."
     ));
-    w.notes.push(if change == System::HalfFull {
-        "Tidings, pages filled to half: today's claim and completion on a copy of the migrated \
-         `deliveries` with fillfactor 50 (migration 0015's) instead of 33 (0018's): the \
-         same-run before of leaving room on each page for the result as well as the claim."
-            .into()
-    } else {
+    w.notes.push(
         "Tidings, claim planned per call: the claim of 85dc95a (bench/sql/outbox_claim_v2.sql: \
          the batch bound as a parameter, so PostgreSQL plans it at every call, and the picked \
          rows found again by primary key) with today's completion, on the same table: the \
          same-run before of the claim with the batch in its text and the ctid join."
-            .into()
-    });
+            .into(),
+    );
     w.notes.push(
         "Tidings before issue 15: the claim and completion of then \
          (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
