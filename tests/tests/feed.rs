@@ -25,6 +25,24 @@ async fn member_of(team: &str, user: &str) -> (TenantFixture, String) {
     (f, token)
 }
 
+/// User "u" in "team" and in "quiet" (no events), with the memberships the
+/// store reads for them: the reader of the tests that call the store's feed
+/// statements directly to compare their counting paths.
+async fn reader_of_team_and_quiet() -> (
+    TenantFixture,
+    String,
+    Vec<tidings_server::store::teams::Membership>,
+) {
+    let (f, token) = member_of("team", "u").await;
+    f.api().put_member("quiet", "u").expect(201).await;
+    let teams =
+        tidings_server::store::teams::list_memberships_of_user(&f.pool, f.tenant.uuid(), "u")
+            .await
+            .expect("teams");
+    assert_eq!(teams.len(), 2);
+    (f, token, teams)
+}
+
 /// Posts an event and waits until feeds serve it.
 async fn post_event(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
     let event = post_event_unsettled(api, team, kind).await;
@@ -1154,16 +1172,11 @@ async fn counts_carried_over_drop_the_items_retention_purged() {
 /// page holds, or a base that no longer holds (a mark, an item read).
 #[tokio::test]
 async fn a_first_page_counts_from_its_page_only_what_the_walk_would_count() {
-    use tidings_server::store::{feed as store, horizon, teams};
-    let (f, token) = member_of("team", "u").await;
+    use tidings_server::store::{feed as store, horizon};
+    let (f, token, teams) = reader_of_team_and_quiet().await;
     let api = f.api();
     let user = f.app.user(&token);
-    api.put_member("quiet", "u").expect(201).await;
     let tenant = f.tenant.uuid();
-    let teams = teams::list_memberships_of_user(&f.pool, tenant, "u")
-        .await
-        .expect("teams");
-    assert_eq!(teams.len(), 2);
     // limit 2: k = 3, and 2 teams + the alerts fit it (PageKind::FirstFew).
     const LIMIT: u32 = 2;
     let pool = &f.pool;
@@ -1310,16 +1323,11 @@ async fn first_page_counts_stay_exact_when_more_came_than_the_page_holds() {
 /// base that no longer holds (a mark, an item read).
 #[tokio::test]
 async fn the_counts_count_from_the_entries_since_the_base_only_what_the_walk_would_count() {
-    use tidings_server::store::{feed as store, horizon, teams};
-    let (f, token) = member_of("team", "u").await;
+    use tidings_server::store::{feed as store, horizon};
+    let (f, token, teams) = reader_of_team_and_quiet().await;
     let api = f.api();
     let user = f.app.user(&token);
-    api.put_member("quiet", "u").expect(201).await;
     let tenant = f.tenant.uuid();
-    let teams = teams::list_memberships_of_user(&f.pool, tenant, "u")
-        .await
-        .expect("teams");
-    assert_eq!(teams.len(), 2);
     let pool = &f.pool;
     let teams = &teams;
     // The walk from the floors, with no base: what the counts must be.
