@@ -10,7 +10,12 @@ use poem_openapi::{
 };
 use tidings_core::{ItemState, Position};
 
-use super::ApiTags;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use super::{
+    direct_json::{rfc3339, DirectJson},
+    ApiTags,
+};
 use crate::{
     auth::{UserCtx, UserTokenAuth},
     error::{ApiError, ApiResult},
@@ -24,8 +29,9 @@ pub struct FeedApi {
     pub state: AppState,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, serde::Serialize)]
 #[oai(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub enum ItemSource {
     /// An activity event of one of the user's teams.
     Event,
@@ -58,6 +64,34 @@ pub struct FeedItemOut {
     /// At or below the read watermark, or marked read one by one.
     pub read: bool,
     pub source: ItemSource,
+}
+
+// Fields in sorted order, as `ToJSON` writes them (`super::direct_json`).
+impl Serialize for FeedItemOut {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct At<'a>(&'a DateTime<Utc>);
+        impl Serialize for At<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                rfc3339(self.0, s)
+            }
+        }
+        let mut o = s.serialize_struct("FeedItemOut", 12)?;
+        o.serialize_field("actor_id", &self.actor_id)?;
+        o.serialize_field("created_at", &At(&self.created_at))?;
+        o.serialize_field("cursor", &self.cursor)?;
+        o.serialize_field("id", &self.id)?;
+        o.serialize_field("object_id", &self.object_id)?;
+        o.serialize_field("payload", &self.payload)?;
+        o.serialize_field("read", &self.read)?;
+        o.serialize_field("seen", &self.seen)?;
+        o.serialize_field("source", &self.source)?;
+        if let Some(subject) = &self.subject {
+            o.serialize_field("subject", subject)?;
+        }
+        o.serialize_field("team_id", &self.team_id)?;
+        o.serialize_field("type", &self.item_type)?;
+        o.end()
+    }
 }
 
 impl poem_openapi::types::Example for FeedItemOut {
@@ -101,6 +135,20 @@ pub struct FeedOut {
     pub unseen_count: u32,
     /// True when a count passed 1,000 (show "1000+").
     pub counts_capped: bool,
+}
+
+// Fields in sorted order, as `ToJSON` writes them (`super::direct_json`).
+impl Serialize for FeedOut {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut o = s.serialize_struct("FeedOut", 6)?;
+        o.serialize_field("counts_capped", &self.counts_capped)?;
+        o.serialize_field("head", &self.head)?;
+        o.serialize_field("items", &self.items)?;
+        o.serialize_field("next_before", &self.next_before)?;
+        o.serialize_field("unread_count", &self.unread_count)?;
+        o.serialize_field("unseen_count", &self.unseen_count)?;
+        o.end()
+    }
 }
 
 impl poem_openapi::types::Example for FeedOut {
@@ -176,6 +224,17 @@ pub struct CountsOut {
     pub capped: bool,
 }
 
+// Fields in sorted order, as `ToJSON` writes them (`super::direct_json`).
+impl Serialize for CountsOut {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut o = s.serialize_struct("CountsOut", 3)?;
+        o.serialize_field("capped", &self.capped)?;
+        o.serialize_field("unread", &self.unread)?;
+        o.serialize_field("unseen", &self.unseen)?;
+        o.end()
+    }
+}
+
 impl poem_openapi::types::Example for CountsOut {
     fn example() -> Self {
         CountsOut {
@@ -248,7 +307,7 @@ impl FeedApi {
         /// answer to a mark).
         #[oai(name = "Tidings-Consistency-Token")]
         consistency: Header<Option<String>>,
-    ) -> ApiResult<Json<FeedOut>> {
+    ) -> ApiResult<DirectJson<FeedOut>> {
         let limit = paging::limit(limit.0, feed::DEFAULT_LIMIT, feed::MAX_LIMIT)?;
         let token = consistency_token(consistency.0.as_deref())?;
         let from = match (before.0.as_deref(), after.0.as_deref()) {
@@ -273,7 +332,7 @@ impl FeedApi {
         )
         .await
         .map_err(feed_problem)?;
-        Ok(Json(FeedOut {
+        Ok(DirectJson(FeedOut {
             items: page
                 .items
                 .into_iter()
@@ -295,13 +354,13 @@ impl FeedApi {
         /// The consistency token of a change these counts must reflect.
         #[oai(name = "Tidings-Consistency-Token")]
         consistency: Header<Option<String>>,
-    ) -> ApiResult<Json<CountsOut>> {
+    ) -> ApiResult<DirectJson<CountsOut>> {
         let token = consistency_token(consistency.0.as_deref())?;
         let user = auth.0;
         let status = feed::status(&self.state, user.tenant_id, &user.user_id, token)
             .await
             .map_err(feed_problem)?;
-        Ok(Json(CountsOut {
+        Ok(DirectJson(CountsOut {
             unread: status.badges.unread,
             unseen: status.badges.unseen,
             capped: status.badges.capped,
@@ -432,5 +491,139 @@ pub(super) fn watermarks_out(status: FeedStatus) -> WatermarksOut {
         unread_count: unread,
         unseen_count: unseen,
         counts_capped: capped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use poem_openapi::types::{Example, ToJSON};
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::api::direct_json::same_bytes_as_to_json;
+
+    /// Any JSON a payload column could hold: nested objects with keys in any
+    /// order, escapes and non-ASCII text, integers of either sign and floats.
+    fn payload() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e12f64..1e12).prop_map(Value::from),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((".{0,6}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn item() -> impl Strategy<Value = FeedItemOut> {
+        (
+            (any::<i64>(), ".{0,12}", ".{0,12}"),
+            (
+                prop::option::of(".{0,8}"),
+                prop::option::of(".{0,8}"),
+                prop::option::of(".{0,8}"),
+                prop::option::of(".{0,8}"),
+            ),
+            payload(),
+            // Whole seconds, milliseconds, microseconds and nanoseconds: the
+            // fraction's width is where RFC 3339 writers differ.
+            (
+                0i64..4_102_444_800,
+                prop_oneof![
+                    Just(0u32),
+                    (0u32..1_000).prop_map(|ms| ms * 1_000_000),
+                    (0u32..1_000_000).prop_map(|us| us * 1_000),
+                    0u32..1_000_000_000,
+                ],
+            ),
+            (any::<bool>(), any::<bool>(), any::<bool>()),
+        )
+            .prop_map(
+                |(
+                    (id, cursor, item_type),
+                    (team_id, actor_id, object_id, subject),
+                    payload,
+                    (secs, nanos),
+                    (seen, read, alert),
+                )| {
+                    FeedItemOut {
+                        id,
+                        cursor,
+                        item_type,
+                        team_id,
+                        actor_id,
+                        object_id,
+                        subject,
+                        payload,
+                        created_at: Utc.timestamp_opt(secs, nanos).unwrap(),
+                        seen,
+                        read,
+                        source: if alert {
+                            ItemSource::Alert
+                        } else {
+                            ItemSource::Event
+                        },
+                    }
+                },
+            )
+    }
+
+    fn page() -> impl Strategy<Value = FeedOut> {
+        (
+            prop::collection::vec(item(), 0..4),
+            prop::option::of(".{0,12}"),
+            prop::option::of(".{0,12}"),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(items, next_before, head, unread_count, unseen_count, counts_capped)| FeedOut {
+                    items,
+                    next_before,
+                    head,
+                    unread_count,
+                    unseen_count,
+                    counts_capped,
+                },
+            )
+    }
+
+    #[test]
+    fn the_documented_examples_serialise_as_to_json_does() {
+        assert!(same_bytes_as_to_json(&FeedOut::example()));
+        assert!(same_bytes_as_to_json(&CountsOut::example()));
+        let mut alert = FeedItemOut::example();
+        alert.subject = Some("Invoice overdue".into());
+        alert.team_id = None;
+        alert.source = ItemSource::Alert;
+        assert!(same_bytes_as_to_json(&alert));
+    }
+
+    proptest! {
+        #[test]
+        fn a_feed_page_serialises_as_to_json_does(page in page()) {
+            prop_assert!(
+                same_bytes_as_to_json(&page),
+                "serde: {}\nToJSON: {}",
+                serde_json::to_string(&page).unwrap(),
+                serde_json::to_string(&page.to_json()).unwrap()
+            );
+        }
+
+        #[test]
+        fn counts_serialise_as_to_json_does(unread: u32, unseen: u32, capped: bool) {
+            let counts = CountsOut { unread, unseen, capped };
+            prop_assert!(same_bytes_as_to_json(&counts));
+        }
     }
 }

@@ -7,6 +7,7 @@ pub mod alerts;
 mod body_limit;
 mod cors;
 pub mod deliveries;
+mod direct_json;
 mod document;
 pub mod events;
 pub mod feed;
