@@ -66,8 +66,8 @@ struct Args {
     tidings_bin: PathBuf,
     /// A `tidings` binary built from an earlier commit: the drain workload
     /// runs its workers beside `--tidings-bin`'s, interleaved, as the same-run
-    /// "before" of a change to the worker, and the health workload serves
-    /// with it beside the main server (scripts/bench: BENCH_BEFORE_BIN).
+    /// "before" of a change to the worker, and the health and feed workloads
+    /// serve with it beside the main server (scripts/bench: BENCH_BEFORE_BIN).
     #[arg(long)]
     tidings_before_bin: Option<PathBuf>,
     /// Repository root (bench/sql, server sources for the SQL sync check).

@@ -38,6 +38,13 @@
 //! a request runs when it has no usable base (the first read on an
 //! instance, or after a mark, an item read, a membership change or a purge)
 //! is measured too, as a reference ("counts not carried over").
+//!
+//! With `--tidings-before-bin` (scripts/bench: `BENCH_BEFORE_BIN`), another
+//! build of `tidings` serves beside the measured one on the same database,
+//! and after the repetitions above the first page (limit 20) and the counts
+//! are measured on both, [`BEFORE_AFTER_REPS`] times, alternating which
+//! server goes first: the run carries its own before/after of the service
+//! path (the statements are the same when only the service changed).
 
 use std::time::Instant;
 
@@ -57,8 +64,13 @@ use crate::{
     pg,
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{tenant_uuid, WIDE_READER},
+    server::{self, Launch, Tidings},
     stats::Spread,
 };
+
+/// Pairs of the before/after comparison when a before binary is given: its
+/// ratio is the point of such a run, and the machine is shared.
+const BEFORE_AFTER_REPS: usize = 5;
 
 struct Variant {
     name: String,
@@ -443,6 +455,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         statics.push(ctx.max(&healthz).await?);
     }
 
+    // The before build's first page and counts beside this build's.
+    let before_after = match &ctx.before_bin {
+        Some(bin) => {
+            let pairs = [&variants[FIRST], &variants[COUNTS]];
+            Some((bin, before_and_after(ctx, bin, &pairs).await?))
+        }
+        None => None,
+    };
+
     let mut latency = vec![];
     for (i, v) in variants.iter().enumerate() {
         let req = HttpRequest::get(&v.path).bearer(&v.token);
@@ -490,6 +511,43 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         &rps(&service[COUNTS]),
         &rps(&baseline[COUNTS]),
     ));
+    if let Some((bin, pairs)) = &before_after {
+        let mut t = Table::new(
+            "This build beside the before build (BENCH_BEFORE_BIN), same database, alternated",
+            &[
+                "request",
+                "this build req/s",
+                "before build req/s",
+                "this build ÷ before",
+            ],
+        );
+        for (name, pair) in [("feed first page", &pairs[0]), ("counts", &pairs[1])] {
+            let ratio = Ratio::new(
+                &format!("{name}: this build ÷ BENCH_BEFORE_BIN"),
+                &format!("{name} req/s, this build"),
+                &format!("{name} req/s, the before build (same run)"),
+                None,
+                &rps(&pair.after),
+                &rps(&pair.before),
+            );
+            t.row(vec![
+                name.to_string(),
+                Spread::of(&rps(&pair.after)).show(0),
+                Spread::of(&rps(&pair.before)).show(0),
+                ratio.ratio.show(2),
+            ]);
+            w.ratios.push(ratio);
+        }
+        w.tables.push(t);
+        w.figure("before_bin", bin.display().to_string());
+        w.figure(
+            "before_after",
+            pairs
+                .iter()
+                .map(|p| json!({"name": p.name, "after": p.after, "before": p.before}))
+                .collect::<Vec<_>>(),
+        );
+    }
     w.aims.push(Aim::at_least(
         "feed first page (limit 20) req/s",
         Spread::of(&rps(&service[FIRST])).median,
@@ -644,6 +702,71 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.figure("notes_statements", statements);
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
+}
+
+/// One request measured on this build's server and on the before build's.
+struct Pair {
+    name: String,
+    after: Vec<Measure>,
+    before: Vec<Measure>,
+}
+
+/// Serves `bin` beside the main server (same database, same environment)
+/// and measures each variant's maximum on both, [`BEFORE_AFTER_REPS`] times,
+/// alternating which goes first so that neither always follows the other's
+/// load.
+async fn before_and_after(
+    ctx: &Ctx,
+    bin: &std::path::Path,
+    variants: &[&Variant],
+) -> anyhow::Result<Vec<Pair>> {
+    eprintln!("  feed: {} serves as the before", bin.display());
+    let before = Tidings::serve(Launch {
+        bin,
+        database_url: &ctx.target.url,
+        log_dir: &ctx.work_dir,
+        name: "serve-before-feed",
+        env: server::main_server_env(),
+    })
+    .await?;
+    let outcome = measure_pairs(ctx, &before, variants).await;
+    before.stop().await;
+    outcome
+}
+
+async fn measure_pairs(
+    ctx: &Ctx,
+    before: &Tidings,
+    variants: &[&Variant],
+) -> anyhow::Result<Vec<Pair>> {
+    let mut pairs: Vec<Pair> = variants
+        .iter()
+        .map(|v| Pair {
+            name: v.name.clone(),
+            after: vec![],
+            before: vec![],
+        })
+        .collect();
+    let main_base = ctx.server.url("");
+    for rep in 0..BEFORE_AFTER_REPS {
+        eprintln!("  feed before/after rep {}/{BEFORE_AFTER_REPS}", rep + 1);
+        for (v, pair) in variants.iter().zip(&mut pairs) {
+            let after = HttpRequest::get(&v.path).bearer(&v.token);
+            let path = v
+                .path
+                .strip_prefix(&main_base)
+                .context("a variant's URL is on the main server")?;
+            let earlier = HttpRequest::get(before.url(path)).bearer(&v.token);
+            if rep % 2 == 0 {
+                pair.before.push(ctx.max(&earlier).await?);
+                pair.after.push(ctx.max(&after).await?);
+            } else {
+                pair.after.push(ctx.max(&after).await?);
+                pair.before.push(ctx.max(&earlier).await?);
+            }
+        }
+    }
+    Ok(pairs)
 }
 
 fn format_deep(pages: usize) -> &'static str {
