@@ -13,7 +13,7 @@ INSERT INTO notifications
              (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)
          SELECT $1, k, rk, $2, $3, $4, r, c
            FROM unnest($5::text[], $6::text[], $7::text[], $8::text[]) AS t(k, rk, r, c)
-         ON CONFLICT (tenant_id, key) DO NOTHING
+         ON CONFLICT DO NOTHING
          RETURNING key;
 SELECT id FROM webhook_endpoints
          WHERE tenant_id = $1 AND (event_types IS NULL OR $2 = ANY(event_types))
@@ -27,8 +27,7 @@ INSERT INTO deliveries
 INSERT INTO inbox_items
              (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
          SELECT $1, r, k, $2, $3, $4, $5, $6
-           FROM unnest($7::text[], $8::text[]) AS t(r, k)
-         ON CONFLICT (tenant_id, notification_key) DO NOTHING;
+           FROM unnest($7::text[], $8::text[]) AS t(r, k);
 SELECT pg_notify($1, $2);
 INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8);

@@ -92,7 +92,8 @@ end
 }
 
 /// The pgbench script: a generator SELECT (\gset) making this transaction's
-/// unique ids and arrays, then the server's statements in one transaction.
+/// unique ids and arrays, in the server's row order (`alerts::plan::key_order`:
+/// recipient, channel), then the server's statements in one transaction.
 fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
     let generator = "WITH g AS (SELECT gen_random_uuid() AS aid, 'pgb-' || md5(random()::text) AS ent), \
         r AS (SELECT 'user-' || i AS rec, c AS ch, \
@@ -101,18 +102,18 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
               FROM g, generate_series(1, :nrec) i, unnest(ARRAY['in_app', 'webhook']) c) \
         SELECT hashtext(g.ent)::bigint AS s1p1, \
                :tenant AS s2p1, g.aid AS s2p2, :etype AS s2p3, g.ent AS s2p4, \
-               (SELECT array_agg(k ORDER BY k) FROM r) AS s2p5, (SELECT array_agg(rk ORDER BY k) FROM r) AS s2p6, \
-               (SELECT array_agg(rec ORDER BY k) FROM r) AS s2p7, (SELECT array_agg(ch ORDER BY k) FROM r) AS s2p8, \
+               (SELECT array_agg(k ORDER BY rec, ch) FROM r) AS s2p5, (SELECT array_agg(rk ORDER BY rec, ch) FROM r) AS s2p6, \
+               (SELECT array_agg(rec ORDER BY rec, ch) FROM r) AS s2p7, (SELECT array_agg(ch ORDER BY rec, ch) FROM r) AS s2p8, \
                :tenant AS s3p1, :etype AS s3p2, \
                :tenant AS s4p1, g.aid AS s4p2, \
-               (SELECT array_agg(k ORDER BY k) FROM r) AS s4p3, (SELECT array_agg(rec ORDER BY k) FROM r) AS s4p4, \
-               (SELECT array_agg(ch ORDER BY k) FROM r) AS s4p5, \
-               (SELECT array_agg(CASE WHEN ch = 'webhook' THEN :ep::uuid END ORDER BY k) FROM r) AS s4p6, \
-               (SELECT array_agg(CASE WHEN ch = 'in_app' THEN 'sent' ELSE 'pending' END ORDER BY k) FROM r) AS s4p7, \
+               (SELECT array_agg(k ORDER BY rec, ch) FROM r) AS s4p3, (SELECT array_agg(rec ORDER BY rec, ch) FROM r) AS s4p4, \
+               (SELECT array_agg(ch ORDER BY rec, ch) FROM r) AS s4p5, \
+               (SELECT array_agg(CASE WHEN ch = 'webhook' THEN :ep::uuid END ORDER BY rec, ch) FROM r) AS s4p6, \
+               (SELECT array_agg(CASE WHEN ch = 'in_app' THEN 'sent' ELSE 'pending' END ORDER BY rec, ch) FROM r) AS s4p7, \
                (SELECT array_agg(NULL::text) FROM r) AS s4p8, \
                :tenant AS s5p1, g.aid AS s5p2, :etype AS s5p3, g.ent AS s5p4, 'Invoice overdue' AS s5p5, '{\"amount\": 42}' AS s5p6, \
-               (SELECT array_agg(rec ORDER BY k) FROM r WHERE ch = 'in_app') AS s5p7, \
-               (SELECT array_agg(k ORDER BY k) FROM r WHERE ch = 'in_app') AS s5p8, \
+               (SELECT array_agg(rec ORDER BY rec, ch) FROM r WHERE ch = 'in_app') AS s5p7, \
+               (SELECT array_agg(k ORDER BY rec, ch) FROM r WHERE ch = 'in_app') AS s5p8, \
                'tidings_outbox' AS s6p1, :tenant AS s6p2, \
                :tenant AS s7p1, g.aid AS s7p2, :etype AS s7p3, g.ent AS s7p4, 'Invoice overdue' AS s7p5, \
                '{\"amount\": 42}' AS s7p6, '{in_app,webhook}' AS s7p7, '' AS s7p8 \
@@ -124,11 +125,13 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The same-run before/after of the write path's SQL (issue 15): a fresh
-/// `deliveries` in schema `ingest_after` (the migrated table: indexes and
-/// storage settings) and one in `ingest_before` (the indexes and settings of
-/// migrations 0005–0013), each written by its statements
-/// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`. Both start
+/// The same-run before/after of the write path's SQL (issue 15, then issue
+/// 12's migration 0018): fresh `deliveries`, `notifications` and `inbox_items`
+/// in schema `ingest_after` (the migrated tables: indexes and storage
+/// settings) and in `ingest_before` (deliveries with the indexes and settings
+/// of migrations 0005–0013; notifications keyed by the digest and inbox_items
+/// unique on it, as before 0018), each written by its statements
+/// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`. All start
 /// empty, so neither pays for a bigger table.
 const SCHEMA_AFTER: &str = "ingest_after";
 const SCHEMA_BEFORE: &str = "ingest_before";
@@ -145,6 +148,25 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     }
     drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_AFTER).await?;
     drain_peer::create_deliveries_before_0015(&mut tx, SCHEMA_BEFORE).await?;
+    for stmt in [
+        "CREATE TABLE {after}.notifications (LIKE public.notifications INCLUDING ALL)",
+        "CREATE TABLE {after}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
+        // Before 0018: the digest as the key of both.
+        "CREATE TABLE {before}.notifications (LIKE public.notifications
+           INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+        "ALTER TABLE {before}.notifications ADD PRIMARY KEY (tenant_id, key)",
+        "CREATE INDEX ON {before}.notifications (tenant_id, alert_id)",
+        "CREATE TABLE {before}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
+        "ALTER TABLE {before}.inbox_items ADD UNIQUE (tenant_id, notification_key)",
+    ] {
+        sqlx::query(
+            &stmt
+                .replace("{after}", SCHEMA_AFTER)
+                .replace("{before}", SCHEMA_BEFORE),
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -273,10 +295,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         w.ratios.push(Ratio::new(
             &format!("ingest SQL after ÷ before issue 15, {}/alert", n * 2),
             &format!(
-                "pgbench rows/s of alert_ingest.sql, lean deliveries ({}/alert)",
+                "pgbench rows/s of alert_ingest.sql, lean deliveries, natural keys ({}/alert)",
                 n * 2
             ),
-            "alert_ingest_v0.sql on the deliveries of before 0015, same run",
+            "alert_ingest_v0.sql on the deliveries of before 0015 and the keys of before 0018, same run",
             None,
             &rows(&sql_after[si], si),
             &rows(&sql_before[si], si),
@@ -363,10 +385,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
     w.notes.push(
         "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before issue 15) \
-         on a fresh `deliveries` with the indexes of migrations 0005–0013, and of alert_ingest.sql \
-         on a fresh copy of the migrated one (schemas ingest_before, ingest_after, reached through \
-         search_path); notifications, inbox items and alerts are the shared public tables. The \
-         service itself runs only the new statements, so its rows/s has no same-run before."
+         on a fresh `deliveries` with the indexes of migrations 0005–0013 and fresh notifications and \
+         inbox items keyed by the digest (before migration 0018), and of alert_ingest.sql on fresh \
+         copies of the migrated tables (schemas ingest_before, ingest_after, reached through \
+         search_path); alerts are the shared public table. Runs before 0018 shared notifications and \
+         inbox items between the arms. The service itself runs only the new statements, so its \
+         rows/s has no same-run before."
             .into(),
     );
     w.notes.push(

@@ -91,12 +91,19 @@ pub fn notifications(
     Ok(out)
 }
 
-/// Indexes of `notifications` in key order: the order every insert of a
-/// fan-out takes, so two transactions inserting overlapping keys take the
-/// index locks in the same order and cannot deadlock.
+/// Indexes of `notifications` in natural-key order, (recipient, channel):
+/// the order every insert of a fan-out takes, so two transactions inserting
+/// overlapping keys (same tenant, event type, entity) take the index locks in
+/// the same order and cannot deadlock. It is also, byte for byte, the order of
+/// the primary key within one (tenant, event type, entity) (migration 0018),
+/// so one alert's insert walks its leaves left to right.
 pub fn key_order(notifications: &[Notification]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..notifications.len()).collect();
-    order.sort_by(|&a, &b| notifications[a].key.cmp(&notifications[b].key));
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&notifications[a], &notifications[b]);
+        (a.recipient_id.as_str(), a.channel.as_str())
+            .cmp(&(b.recipient_id.as_str(), b.channel.as_str()))
+    });
     order
 }
 
@@ -368,19 +375,22 @@ mod tests {
     }
 
     #[test]
-    fn rows_come_in_key_order_whatever_the_request_order() {
+    fn rows_come_in_natural_key_order_whatever_the_request_order() {
         let notes = notes(&["zed", "ann", "kim"], &[InApp, Email]);
         let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
         let everyone: HashSet<UserId> = ["zed", "ann", "kim"].iter().map(|r| user(r)).collect();
         let plan = plan_fanout(&notes, &new_keys, &everyone, &[]);
-        let keys: Vec<&String> = plan.deliveries.iter().map(|d| &d.key).collect();
-        let mut sorted = keys.clone();
+        let rows: Vec<(String, &str)> = plan
+            .deliveries
+            .iter()
+            .map(|d| (d.recipient_id.to_string(), d.channel.as_str()))
+            .collect();
+        let mut sorted = rows.clone();
         sorted.sort();
-        assert_eq!(keys, sorted);
-        let inbox_keys: Vec<&String> = plan.inbox_items.iter().map(|(_, k)| k).collect();
-        let mut sorted = inbox_keys.clone();
-        sorted.sort();
-        assert_eq!(inbox_keys, sorted);
+        assert_eq!(rows, sorted);
+        assert_eq!(rows.first(), Some(&("ann".to_string(), "email")));
+        let inbox: Vec<String> = plan.inbox_items.iter().map(|(r, _)| r.to_string()).collect();
+        assert_eq!(inbox, ["ann", "kim", "zed"]);
     }
 
     #[test]

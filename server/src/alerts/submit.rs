@@ -395,8 +395,20 @@ pub(super) async fn create_alert(
         background_expansion: false,
     };
     let original = if created.is_full_replay() {
-        let keys: Vec<String> = created.deliveries.iter().map(|d| d.key.clone()).collect();
-        alert_store::find_original_alert_id(&mut *conn, tenant, &keys).await?
+        let (recipients, channels): (Vec<String>, Vec<&str>) = created
+            .deliveries
+            .iter()
+            .map(|d| (d.recipient_id.to_string(), d.channel.as_str()))
+            .unzip();
+        alert_store::find_original_alert_id(
+            &mut *conn,
+            tenant,
+            &alert.event_type,
+            &alert.entity_id,
+            &recipients,
+            &channels,
+        )
+        .await?
     } else {
         None
     };

@@ -41,7 +41,9 @@ pub struct NotificationColumns {
 
 /// Inserts every notification in one statement and returns the keys that are
 /// new. A key missing from the result already existed: a duplicate, never an
-/// error (invariant 4).
+/// error (invariant 4). The unique key is the natural one (migration 0018);
+/// ON CONFLICT names none, so the statement also runs on a schema before 0018,
+/// where the digest is the key (the same rows conflict: invariant 5).
 pub async fn insert_notifications(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -55,7 +57,7 @@ pub async fn insert_notifications(
              (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)
          SELECT $1, k, rk, $2, $3, $4, r, c
            FROM unnest($5::text[], $6::text[], $7::text[], $8::text[]) AS t(k, rk, r, c)
-         ON CONFLICT (tenant_id, key) DO NOTHING
+         ON CONFLICT DO NOTHING
          RETURNING key",
     )
     .bind(tenant)
@@ -80,7 +82,9 @@ pub struct InboxItemCommon<'a> {
 }
 
 /// In-app alerts as feed items; `id` and `tx` take their defaults (the feed's
-/// position scheme, invariant 2).
+/// position scheme, invariant 2). A plain insert: items are written only for
+/// the keys this transaction's `insert_notifications` created (invariant 4),
+/// and inbox_items has no unique key of its own since migration 0018.
 pub async fn insert_inbox_items(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -95,8 +99,7 @@ pub async fn insert_inbox_items(
         "INSERT INTO inbox_items
              (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
          SELECT $1, r, k, $2, $3, $4, $5, $6
-           FROM unnest($7::text[], $8::text[]) AS t(r, k)
-         ON CONFLICT (tenant_id, notification_key) DO NOTHING",
+           FROM unnest($7::text[], $8::text[]) AS t(r, k)",
     )
     .bind(tenant)
     .bind(common.alert_id)
@@ -148,18 +151,29 @@ pub async fn insert_alert(
     Ok(())
 }
 
-/// The alert that first created any of `keys`: what a full replay answers with.
+/// The alert that first created any of the notifications (`recipients[i]`,
+/// `channels[i]`) of (event type, entity): what a full replay answers with.
+/// Found by the natural key (the primary key since migration 0018).
 pub async fn find_original_alert_id(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
-    keys: &[String],
+    event_type: &str,
+    entity_id: &str,
+    recipients: &[String],
+    channels: &[&str],
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar(
-        "SELECT alert_id FROM notifications WHERE tenant_id = $1 AND key = ANY($2)
-         ORDER BY created_at, alert_id LIMIT 1",
+        "SELECT n.alert_id FROM notifications n
+           JOIN unnest($4::text[], $5::text[]) AS t(r, c)
+             ON n.recipient_id = t.r AND n.channel = t.c
+          WHERE n.tenant_id = $1 AND n.event_type = $2 AND n.entity_id = $3
+          ORDER BY n.created_at, n.alert_id LIMIT 1",
     )
     .bind(tenant)
-    .bind(keys)
+    .bind(event_type)
+    .bind(entity_id)
+    .bind(recipients)
+    .bind(channels)
     .fetch_optional(db)
     .await
 }

@@ -49,15 +49,22 @@ pub async fn purge_deliveries(
              DELETE FROM deliveries d USING oldest o
               WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = '{status}'
                 AND o.created_at < now() - make_interval(secs => $2)
-             RETURNING d.tenant_id, d.id, d.notification_key
+             RETURNING d.tenant_id, d.id, d.alert_id, d.recipient_id, d.channel
          ),
-         -- A notification's other deliveries (one per endpoint) are found by
-         -- its natural key within the alert, (alert, recipient, channel):
-         -- deliveries_by_alert_recipient. The hot table has no index on the digest.
+         -- A delivery's notification is found by the natural key, the primary
+         -- key (migration 0018): the alert's (event type, entity) and the
+         -- delivery's (recipient, channel). Its other deliveries (one per
+         -- endpoint) by its natural key within the alert, (alert, recipient,
+         -- channel): deliveries_by_alert_recipient. No index holds the digest.
          gone_notifications AS (
              DELETE FROM notifications n
-              USING (SELECT DISTINCT tenant_id, notification_key FROM gone) g
-              WHERE n.tenant_id = g.tenant_id AND n.key = g.notification_key
+              USING (SELECT DISTINCT g.tenant_id, g.alert_id, a.event_type, a.entity_id,
+                                     g.recipient_id, g.channel
+                       FROM gone g
+                       JOIN alerts a ON a.tenant_id = g.tenant_id AND a.id = g.alert_id) g
+              WHERE n.tenant_id = g.tenant_id AND n.event_type = g.event_type
+                AND n.entity_id = g.entity_id AND n.recipient_id = g.recipient_id
+                AND n.channel = g.channel AND n.alert_id = g.alert_id
                 AND NOT EXISTS (SELECT 1 FROM deliveries d
                                  WHERE d.tenant_id = n.tenant_id AND d.alert_id = n.alert_id
                                    AND d.recipient_id = n.recipient_id AND d.channel = n.channel
