@@ -1,7 +1,7 @@
 -- POST /v1/alerts' statements as the server ran them before issue 15 (main at
 -- b00dfa1): the deliveries insert with ON CONFLICT DO NOTHING, against a
 -- deliveries table with the indexes of migrations 0005–0013, and notifications
--- and inbox items keyed by the digest (as before migration 0018: these
+-- and inbox items keyed by the digest (as before migration 0019: these
 -- statements name those keys). The ingest workload runs it beside
 -- alert_ingest.sql, each on fresh copies of its tables, for the same-run
 -- before/after of the write path's SQL.

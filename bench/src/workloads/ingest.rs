@@ -126,11 +126,11 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The same-run before/after of the write path's SQL (issue 15, then issue
-/// 12's migration 0018): fresh `deliveries`, `notifications` and `inbox_items`
+/// 12's migration 0019): fresh `deliveries`, `notifications` and `inbox_items`
 /// in schema `ingest_after` (the migrated tables: indexes and storage
 /// settings) and in `ingest_before` (deliveries with the indexes and settings
 /// of migrations 0005–0013; notifications keyed by the digest and inbox_items
-/// unique on it, as before 0018), each written by its statements
+/// unique on it, as before 0019), each written by its statements
 /// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`. All start
 /// empty, so neither pays for a bigger table.
 const SCHEMA_AFTER: &str = "ingest_after";
@@ -151,7 +151,7 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     for stmt in [
         "CREATE TABLE {after}.notifications (LIKE public.notifications INCLUDING ALL)",
         "CREATE TABLE {after}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
-        // Before 0018: the digest as the key of both.
+        // Before 0019: the digest as the key of both.
         "CREATE TABLE {before}.notifications (LIKE public.notifications
            INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
         "ALTER TABLE {before}.notifications ADD PRIMARY KEY (tenant_id, key)",
@@ -298,7 +298,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 "pgbench rows/s of alert_ingest.sql, lean deliveries, natural keys ({}/alert)",
                 n * 2
             ),
-            "alert_ingest_v0.sql on the deliveries of before 0015 and the keys of before 0018, same run",
+            "alert_ingest_v0.sql on the deliveries of before 0015 and the keys of before 0019, same run",
             None,
             &rows(&sql_after[si], si),
             &rows(&sql_before[si], si),
@@ -386,9 +386,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.notes.push(
         "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before issue 15) \
          on a fresh `deliveries` with the indexes of migrations 0005–0013 and fresh notifications and \
-         inbox items keyed by the digest (before migration 0018), and of alert_ingest.sql on fresh \
+         inbox items keyed by the digest (before migration 0019), and of alert_ingest.sql on fresh \
          copies of the migrated tables (schemas ingest_before, ingest_after, reached through \
-         search_path); alerts are the shared public table. Runs before 0018 shared notifications and \
+         search_path); alerts are the shared public table. Runs before 0019 shared notifications and \
          inbox items between the arms. The service itself runs only the new statements, so its \
          rows/s has no same-run before."
             .into(),

@@ -95,7 +95,7 @@ pub fn notifications(
 /// the order every insert of a fan-out takes, so two transactions inserting
 /// overlapping keys (same tenant, event type, entity) take the index locks in
 /// the same order and cannot deadlock. It is also, byte for byte, the order of
-/// the primary key within one (tenant, event type, entity) (migration 0018),
+/// the primary key within one (tenant, event type, entity) (migration 0019),
 /// so one alert's insert walks its leaves left to right.
 pub fn key_order(notifications: &[Notification]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..notifications.len()).collect();

@@ -41,8 +41,8 @@ pub struct NotificationColumns {
 
 /// Inserts every notification in one statement and returns the keys that are
 /// new. A key missing from the result already existed: a duplicate, never an
-/// error (invariant 4). The unique key is the natural one (migration 0018);
-/// ON CONFLICT names none, so the statement also runs on a schema before 0018,
+/// error (invariant 4). The unique key is the natural one (migration 0019);
+/// ON CONFLICT names none, so the statement also runs on a schema before 0019,
 /// where the digest is the key (the same rows conflict: invariant 5).
 pub async fn insert_notifications(
     db: impl PgExecutor<'_>,
@@ -84,7 +84,7 @@ pub struct InboxItemCommon<'a> {
 /// In-app alerts as feed items; `id` and `tx` take their defaults (the feed's
 /// position scheme, invariant 2). A plain insert: items are written only for
 /// the keys this transaction's `insert_notifications` created (invariant 4),
-/// and inbox_items has no unique key of its own since migration 0018.
+/// and inbox_items has no unique key of its own since migration 0019.
 pub async fn insert_inbox_items(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -153,7 +153,7 @@ pub async fn insert_alert(
 
 /// The alert that first created any of the notifications (`recipients[i]`,
 /// `channels[i]`) of (event type, entity): what a full replay answers with.
-/// Found by the natural key (the primary key since migration 0018).
+/// Found by the natural key (the primary key since migration 0019).
 pub async fn find_original_alert_id(
     db: impl PgExecutor<'_>,
     tenant: Uuid,

@@ -52,7 +52,7 @@ pub async fn purge_deliveries(
              RETURNING d.tenant_id, d.id, d.alert_id, d.recipient_id, d.channel
          ),
          -- A delivery's notification is found by the natural key, the primary
-         -- key (migration 0018): the alert's (event type, entity) and the
+         -- key (migration 0019): the alert's (event type, entity) and the
          -- delivery's (recipient, channel). Its other deliveries (one per
          -- endpoint) by its natural key within the alert, (alert, recipient,
          -- channel): deliveries_by_alert_recipient. No index holds the digest.

@@ -1,6 +1,10 @@
 -- Notifications keyed by their natural key (issue 12; ARCHITECTURE.md,
 -- invariant 4 and "The deliveries table").
 --
+-- Number 0018 is skipped: a migration of that number (deliveries filled to a
+-- third) was reverted before any release, and a database that applied it
+-- keeps it recorded; reusing the number would fail its checksum check.
+--
 -- Invariant 4 is one notification per (tenant, event type, entity, recipient,
 -- channel). Until now the unique key was the SHA-256 digest of that tuple
 -- (hex, `key`): random, so the 1,000 rows of one alert went to 1,000 leaves
