@@ -131,14 +131,18 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
 /// settings) and in `ingest_before` (deliveries with the indexes and settings
 /// of migrations 0005–0013; notifications keyed by the digest and inbox_items
 /// unique on it, as before 0019), each written by its statements
-/// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`. All start
-/// empty, so neither pays for a bigger table.
+/// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`; and in
+/// `ingest_digest_keys` today's deliveries with notifications and inbox items
+/// keyed by the digest, written by the statements of just before 0019
+/// (alert_ingest_v1.sql): that migration's own before. All start empty, so
+/// none pays for a bigger table.
 const SCHEMA_AFTER: &str = "ingest_after";
 const SCHEMA_BEFORE: &str = "ingest_before";
+const SCHEMA_DIGEST_KEYS: &str = "ingest_digest_keys";
 
 async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     let mut tx = ctx.pool.begin().await?;
-    for s in [SCHEMA_AFTER, SCHEMA_BEFORE] {
+    for s in [SCHEMA_AFTER, SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
             .execute(&mut *tx)
             .await?;
@@ -148,6 +152,7 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     }
     drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_AFTER).await?;
     drain_peer::create_deliveries_before_0015(&mut tx, SCHEMA_BEFORE).await?;
+    drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_DIGEST_KEYS).await?;
     for stmt in [
         "CREATE TABLE {after}.notifications (LIKE public.notifications INCLUDING ALL)",
         "CREATE TABLE {after}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
@@ -159,13 +164,20 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
         "CREATE TABLE {before}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
         "ALTER TABLE {before}.inbox_items ADD UNIQUE (tenant_id, notification_key)",
     ] {
-        sqlx::query(
-            &stmt
-                .replace("{after}", SCHEMA_AFTER)
-                .replace("{before}", SCHEMA_BEFORE),
-        )
-        .execute(&mut *tx)
-        .await?;
+        // The digest-keyed tables twice: for the statements before 0015 and
+        // for those of just before 0019.
+        for before in [SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS] {
+            if before == SCHEMA_DIGEST_KEYS && stmt.contains("{after}") {
+                continue;
+            }
+            sqlx::query(
+                &stmt
+                    .replace("{after}", SCHEMA_AFTER)
+                    .replace("{before}", before),
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     tx.commit().await?;
     Ok(())
@@ -220,6 +232,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let sizes = ctx.tier.ingest_recipients;
     let pgbench = pgbench_script(ctx, "alert_ingest.sql")?;
     let pgbench_before = pgbench_script(ctx, "alert_ingest_v0.sql")?;
+    let pgbench_digest_keys = pgbench_script(ctx, "alert_ingest_v1.sql")?;
     fresh_deliveries(ctx).await?;
     let tenant = tenant_uuid(TENANT).to_string();
 
@@ -227,6 +240,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut baseline: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut sql_after: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut sql_before: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut sql_digest_keys: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut keyed: Vec<Vec<Vec<Measure>>> = vec![vec![vec![]; 3]; sizes.len()];
     let replay_levels = [0u32, 10, 100];
     let mut written = vec![0i64; sizes.len()];
@@ -248,19 +262,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 ("ep", endpoint.to_string()),
             ]);
             baseline[si].push(ctx.pgbench(&pgbench, &vars).await?);
-            // Before and after in alternating order, each on its own table.
-            if rep % 2 == 0 {
-                sql_before[si].push(
-                    ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
-                        .await?,
-                );
-                sql_after[si].push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?);
-            } else {
-                sql_after[si].push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?);
-                sql_before[si].push(
-                    ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
-                        .await?,
-                );
+            // The three arms in an order that rotates every repetition,
+            // each on its own tables.
+            for arm in 0..3 {
+                match (arm + rep) % 3 {
+                    0 => sql_before[si].push(
+                        ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
+                            .await?,
+                    ),
+                    1 => sql_digest_keys[si].push(
+                        ctx.pgbench_in_schema(&pgbench_digest_keys, &vars, SCHEMA_DIGEST_KEYS)
+                            .await?,
+                    ),
+                    _ => sql_after[si]
+                        .push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?),
+                }
             }
             for (li, &pct) in replay_levels.iter().enumerate() {
                 let run_id = format!("keyed-{n}-{pct}-{rep}");
@@ -302,6 +318,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             None,
             &rows(&sql_after[si], si),
             &rows(&sql_before[si], si),
+        ));
+    }
+    for (si, &n) in sizes.iter().enumerate() {
+        w.ratios.push(Ratio::new(
+            &format!("ingest SQL natural keys ÷ digest keys (migration 0019), {}/alert", n * 2),
+            &format!(
+                "pgbench rows/s of alert_ingest.sql, natural keys ({}/alert)",
+                n * 2
+            ),
+            "alert_ingest_v1.sql on notifications and inbox items keyed by the digest (before 0019), same run",
+            None,
+            &rows(&sql_after[si], si),
+            &rows(&sql_digest_keys[si], si),
         ));
     }
     w.aims.push(Aim::at_least(
@@ -366,20 +395,31 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     }
     w.tables.push(t);
     let mut t = Table::new(
-        "The write path's SQL before and after issue 15 (pgbench, fresh deliveries tables, same run): delivery rows/s",
-        &["deliveries/alert", "before (alert_ingest_v0.sql)", "after (alert_ingest.sql)", "after ÷ before"],
+        "The write path's SQL before issue 15, before migration 0019 and now (pgbench, fresh tables, same run): delivery rows/s",
+        &[
+            "deliveries/alert",
+            "before 15 (alert_ingest_v0.sql)",
+            "before 0019 (alert_ingest_v1.sql)",
+            "now (alert_ingest.sql)",
+            "now ÷ before 15",
+            "now ÷ before 0019",
+        ],
     );
     for (si, &n) in sizes.iter().enumerate() {
-        let ratio: Vec<f64> = rps(&sql_after[si])
-            .iter()
-            .zip(rps(&sql_before[si]))
-            .map(|(a, b)| a / b)
-            .collect();
+        let ratio = |before: &[Measure]| -> Vec<f64> {
+            rps(&sql_after[si])
+                .iter()
+                .zip(rps(before))
+                .map(|(a, b)| a / b)
+                .collect()
+        };
         t.row(vec![
             format!("{}", n * 2),
             Spread::of(&rows(&sql_before[si], si)).show(0),
+            Spread::of(&rows(&sql_digest_keys[si], si)).show(0),
             Spread::of(&rows(&sql_after[si], si)).show(0),
-            Spread::of(&ratio).show(2),
+            Spread::of(&ratio(&sql_before[si])).show(2),
+            Spread::of(&ratio(&sql_digest_keys[si])).show(2),
         ]);
     }
     w.tables.push(t);
@@ -388,7 +428,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
          on a fresh `deliveries` with the indexes of migrations 0005–0013 and fresh notifications and \
          inbox items keyed by the digest (before migration 0019), and of alert_ingest.sql on fresh \
          copies of the migrated tables (schemas ingest_before, ingest_after, reached through \
-         search_path); alerts are the shared public table. Runs before 0019 shared notifications and \
+         search_path); alerts are the shared public table. Migration 0019's own before: \
+         alert_ingest_v1.sql (main at ec3865b) on today's deliveries with notifications and inbox \
+         items keyed by the digest (schema ingest_digest_keys); the three arms rotate their order \
+         every repetition. Runs before 0019 shared notifications and \
          inbox items between the arms. The service itself runs only the new statements, so its \
          rows/s has no same-run before."
             .into(),
@@ -418,6 +461,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     "pgbench": baseline[si],
                     "pgbench_sql_after_fresh": sql_after[si],
                     "pgbench_sql_before_fresh": sql_before[si],
+                    "pgbench_sql_digest_keys_fresh": sql_digest_keys[si],
                     "keyed_replay_0": keyed[si][0],
                     "keyed_replay_10": keyed[si][1],
                     "keyed_replay_100": keyed[si][2],
@@ -427,7 +471,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .collect::<Vec<_>>(),
     );
     sqlx::query(&format!(
-        "DROP SCHEMA IF EXISTS {SCHEMA_AFTER}, {SCHEMA_BEFORE} CASCADE"
+        "DROP SCHEMA IF EXISTS {SCHEMA_AFTER}, {SCHEMA_BEFORE}, {SCHEMA_DIGEST_KEYS} CASCADE"
     ))
     .execute(&ctx.pool)
     .await?;

@@ -389,7 +389,11 @@ mod tests {
         sorted.sort();
         assert_eq!(rows, sorted);
         assert_eq!(rows.first(), Some(&("ann".to_string(), "email")));
-        let inbox: Vec<String> = plan.inbox_items.iter().map(|(r, _)| r.to_string()).collect();
+        let inbox: Vec<String> = plan
+            .inbox_items
+            .iter()
+            .map(|(r, _)| r.to_string())
+            .collect();
         assert_eq!(inbox, ["ann", "kim", "zed"]);
     }
 
