@@ -154,29 +154,27 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     drain_peer::create_deliveries_before_0015(&mut tx, SCHEMA_BEFORE).await?;
     drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_DIGEST_KEYS).await?;
     for stmt in [
-        "CREATE TABLE {after}.notifications (LIKE public.notifications INCLUDING ALL)",
-        "CREATE TABLE {after}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
-        // Before 0019: the digest as the key of both.
-        "CREATE TABLE {before}.notifications (LIKE public.notifications
-           INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
-        "ALTER TABLE {before}.notifications ADD PRIMARY KEY (tenant_id, key)",
-        "CREATE INDEX ON {before}.notifications (tenant_id, alert_id)",
-        "CREATE TABLE {before}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
-        "ALTER TABLE {before}.inbox_items ADD UNIQUE (tenant_id, notification_key)",
+        "CREATE TABLE {s}.notifications (LIKE public.notifications INCLUDING ALL)",
+        "CREATE TABLE {s}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
     ] {
-        // The digest-keyed tables twice: for the statements before 0015 and
-        // for those of just before 0019.
-        for before in [SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS] {
-            if before == SCHEMA_DIGEST_KEYS && stmt.contains("{after}") {
-                continue;
-            }
-            sqlx::query(
-                &stmt
-                    .replace("{after}", SCHEMA_AFTER)
-                    .replace("{before}", before),
-            )
+        sqlx::query(&stmt.replace("{s}", SCHEMA_AFTER))
             .execute(&mut *tx)
             .await?;
+    }
+    // Before 0019, the digest as the key of both: for the statements before
+    // 0015 and for those of just before 0019.
+    for s in [SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS] {
+        for stmt in [
+            "CREATE TABLE {s}.notifications (LIKE public.notifications
+               INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+            "ALTER TABLE {s}.notifications ADD PRIMARY KEY (tenant_id, key)",
+            "CREATE INDEX ON {s}.notifications (tenant_id, alert_id)",
+            "CREATE TABLE {s}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
+            "ALTER TABLE {s}.inbox_items ADD UNIQUE (tenant_id, notification_key)",
+        ] {
+            sqlx::query(&stmt.replace("{s}", s))
+                .execute(&mut *tx)
+                .await?;
         }
     }
     tx.commit().await?;
