@@ -86,6 +86,38 @@ pub async fn count_for(pool: &PgPool, rows: Rows, tenant: &TestTenant) -> i64 {
     .unwrap_or_else(|e| panic!("counting {rows:?}: {e}"))
 }
 
+/// Look: the tenant's alert rows that break invariant 4 or their tie to
+/// their notification: (natural keys with more than one notification,
+/// deliveries and in-app items without a notification of the same alert,
+/// recipient, channel and key, notifications whose (event type, entity)
+/// differs from their alert's, which the retention purge relies on).
+pub async fn alert_rows_astray(pool: &PgPool, tenant: &TestTenant) -> (i64, i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT
+           (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE tenant_id = $1
+                                   GROUP BY event_type, entity_id, recipient_id, channel
+                                  HAVING count(*) > 1) k),
+           (SELECT count(*) FROM deliveries d WHERE d.tenant_id = $1 AND NOT EXISTS (
+                SELECT 1 FROM notifications n
+                 WHERE n.tenant_id = d.tenant_id AND n.alert_id = d.alert_id
+                   AND n.recipient_id = d.recipient_id AND n.channel = d.channel
+                   AND n.key = d.notification_key)),
+           (SELECT count(*) FROM inbox_items i WHERE i.tenant_id = $1 AND NOT EXISTS (
+                SELECT 1 FROM notifications n
+                 WHERE n.tenant_id = i.tenant_id AND n.alert_id = i.alert_id
+                   AND n.recipient_id = i.recipient_id AND n.channel = 'in_app'
+                   AND n.key = i.notification_key)),
+           (SELECT count(*) FROM notifications n JOIN alerts a
+                ON a.tenant_id = n.tenant_id AND a.id = n.alert_id
+             WHERE n.tenant_id = $1
+               AND (a.event_type <> n.event_type OR a.entity_id <> n.entity_id))",
+    )
+    .bind(tenant.uuid())
+    .fetch_one(pool)
+    .await
+    .expect("alert rows astray")
+}
+
 /// Polls [`count`] every 100 ms until it is `want`; panics after 15 s.
 pub async fn wait_for_count(pool: &PgPool, rows: Rows, want: i64) {
     let mut got = -1;

@@ -339,6 +339,63 @@ async fn hundred_concurrent_identical_alerts_without_a_key_notify_once() {
     assert_eq!(sql::count_for(pool, Rows::Alerts, tenant).await, 1);
 }
 
+/// Invariant 4 at the rows, under overlapping concurrent alerts: exactly
+/// one notification per natural key, every delivery and in-app item tied to
+/// the notification its alert created (migration 0020 dropped the foreign
+/// keys and the index by alert; the retention purge finds an alert's
+/// notifications by its event type and entity), and a full replay answers
+/// with the alert that first created the keys, writing nothing.
+#[tokio::test]
+async fn overlapping_concurrent_alerts_leave_one_notification_per_key_and_replay_the_original() {
+    let f = Arc::new(subscribed_tenant(&[]).await);
+    let first = f
+        .api()
+        .create_alert(&invoice_alert(&["ann", "bob"], &["in_app", "webhook"]))
+        .expect(202)
+        .await;
+    let wider = invoice_alert(&["ann", "bob", "cat", "dan"], &["in_app", "webhook"]);
+    let replies = hundred_at_once(&f, &wider, None).await;
+    let created: usize = replies
+        .iter()
+        .map(|r| {
+            r.json()["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["status"] == "created")
+                .count()
+        })
+        .sum();
+    assert_eq!(created, 4, "cat's and dan's two keys, created once each");
+    let (pool, tenant) = (&f.pool, &f.tenant);
+    assert_eq!(sql::count_for(pool, Rows::Notifications, tenant).await, 8);
+    assert_eq!(sql::count_for(pool, Rows::Deliveries, tenant).await, 8);
+    assert_eq!(sql::count_for(pool, Rows::InboxItems, tenant).await, 4);
+    assert_eq!(sql::count_for(pool, Rows::Alerts, tenant).await, 2);
+    assert_eq!(sql::alert_rows_astray(pool, tenant).await, (0, 0, 0, 0));
+
+    // A full replay of either alert creates nothing and answers with the
+    // alert that first created any of its keys: the first one.
+    for alert in [
+        invoice_alert(&["ann", "bob"], &["in_app", "webhook"]),
+        wider,
+    ] {
+        let again = f.api().create_alert(&alert).expect(202).await;
+        assert!(
+            again["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| d["status"] == "duplicate"),
+            "{again}"
+        );
+        assert_eq!(again["alert_id"], first["alert_id"]);
+    }
+    assert_eq!(sql::count_for(pool, Rows::Notifications, tenant).await, 8);
+    assert_eq!(sql::count_for(pool, Rows::Deliveries, tenant).await, 8);
+    assert_eq!(sql::count_for(pool, Rows::InboxItems, tenant).await, 4);
+}
+
 #[tokio::test]
 async fn hundred_concurrent_identical_alerts_with_one_key_notify_once_and_replay_the_first_answer()
 {

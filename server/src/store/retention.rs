@@ -71,12 +71,15 @@ pub async fn purge_deliveries(
                                    AND d.id NOT IN (SELECT id FROM gone))
              RETURNING n.tenant_id, n.key, n.alert_id
          ),
+         -- An alert's notifications share its (event type, entity): a prefix
+         -- of the primary key (no index by alert since migration 0020).
          gone_alerts AS (
              DELETE FROM alerts a
               USING (SELECT DISTINCT tenant_id, alert_id FROM gone_notifications) g
               WHERE a.tenant_id = g.tenant_id AND a.id = g.alert_id
                 AND NOT EXISTS (SELECT 1 FROM notifications n
-                                 WHERE n.tenant_id = a.tenant_id AND n.alert_id = a.id
+                                 WHERE n.tenant_id = a.tenant_id AND n.event_type = a.event_type
+                                   AND n.entity_id = a.entity_id AND n.alert_id = a.id
                                    AND n.key NOT IN (SELECT key FROM gone_notifications))
                 AND NOT EXISTS (SELECT 1 FROM alert_expansions x
                                  WHERE x.tenant_id = a.tenant_id AND x.alert_id = a.id AND NOT x.done)
