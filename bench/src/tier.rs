@@ -51,6 +51,11 @@ pub struct Tier {
     pub ingest_recipients: [usize; 2],
     /// Alerts created before the ingest measurements, for replays to hit.
     pub primed_alerts: usize,
+    /// Alerts of 500 recipients × in_app + webhook (1,000 notifications,
+    /// 1,000 deliveries, 500 inbox items each) written into every ingest SQL
+    /// arm's tables before it is measured, so that index upkeep on big tables
+    /// is what is measured.
+    pub ingest_prefill_alerts: i64,
     /// Length of the dead-tuple soak in the drain workload.
     #[serde(serialize_with = "secs")]
     pub soak: Duration,
@@ -84,6 +89,7 @@ impl Tier {
                 peer_backlog: 2_000,
                 ingest_recipients: [5, 50],
                 primed_alerts: 4,
+                ingest_prefill_alerts: 20,
                 soak: Duration::from_secs(3),
             },
             TierName::M => Tier {
@@ -107,6 +113,7 @@ impl Tier {
                 peer_backlog: 200_000,
                 ingest_recipients: [5, 500],
                 primed_alerts: 64,
+                ingest_prefill_alerts: 2_000,
                 soak: Duration::from_secs(180),
             },
         }

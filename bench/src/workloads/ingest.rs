@@ -93,9 +93,14 @@ end
 
 /// The pgbench script: a generator SELECT (\gset) making this transaction's
 /// unique ids and arrays, in the server's row order (`alerts::plan::key_order`:
-/// recipient, channel), then the server's statements in one transaction.
+/// recipient, channel), then the server's statements in one transaction. The
+/// alert id is time-ordered like the server's (`Uuid::now_v7`: a millisecond
+/// timestamp, then random bits), so that indexes keyed by alert grow at their
+/// right edge as the server's do.
 fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
-    let generator = "WITH g AS (SELECT gen_random_uuid() AS aid, 'pgb-' || md5(random()::text) AS ent), \
+    let generator = "WITH g AS (SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') \
+                             || '7' || substr(md5(random()::text), 1, 19))::uuid AS aid, \
+                            'pgb-' || md5(random()::text) AS ent), \
         r AS (SELECT 'user-' || i AS rec, c AS ch, \
                      encode(sha256(convert_to(g.ent || '/' || i || '/' || c, 'UTF8')), 'hex') AS k, \
                      g.ent || '|' || i || '|' || c AS rk \
@@ -134,15 +139,20 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
 /// (alert_ingest.sql, alert_ingest_v0.sql) through `search_path`; and in
 /// `ingest_digest_keys` today's deliveries with notifications and inbox items
 /// keyed by the digest, written by the statements of just before 0019
-/// (alert_ingest_v1.sql): that migration's own before. All start empty, so
-/// none pays for a bigger table.
+/// (alert_ingest_v1.sql): that migration's own before; and in `ingest_0019`
+/// the tables as migration 0019 left them (foreign keys to `tenants` on all
+/// three, `notifications_by_alert`), written by today's statements:
+/// migration 0020's before. Every arm's tables are pre-filled alike
+/// ([`prefill`]) before any is measured.
 const SCHEMA_AFTER: &str = "ingest_after";
 const SCHEMA_BEFORE: &str = "ingest_before";
 const SCHEMA_DIGEST_KEYS: &str = "ingest_digest_keys";
+const SCHEMA_0019: &str = "ingest_0019";
+const SCHEMAS: [&str; 4] = [SCHEMA_AFTER, SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS, SCHEMA_0019];
 
 async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     let mut tx = ctx.pool.begin().await?;
-    for s in [SCHEMA_AFTER, SCHEMA_BEFORE, SCHEMA_DIGEST_KEYS] {
+    for s in SCHEMAS {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
             .execute(&mut *tx)
             .await?;
@@ -153,11 +163,30 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
     drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_AFTER).await?;
     drain_peer::create_deliveries_before_0015(&mut tx, SCHEMA_BEFORE).await?;
     drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_DIGEST_KEYS).await?;
+    drain_peer::create_deliveries_as_migrated(&mut tx, SCHEMA_0019).await?;
+    for s in [SCHEMA_AFTER, SCHEMA_0019] {
+        for stmt in [
+            "CREATE TABLE {s}.notifications (LIKE public.notifications INCLUDING ALL)",
+            "CREATE TABLE {s}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
+        ] {
+            sqlx::query(&stmt.replace("{s}", s))
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    // As migration 0019 left them (0020 dropped these): a foreign key to
+    // tenants on the three tables, notifications indexed by alert.
     for stmt in [
-        "CREATE TABLE {s}.notifications (LIKE public.notifications INCLUDING ALL)",
-        "CREATE TABLE {s}.inbox_items (LIKE public.inbox_items INCLUDING ALL)",
+        "ALTER TABLE {s}.notifications ADD FOREIGN KEY (tenant_id)
+           REFERENCES public.tenants (id) ON DELETE CASCADE",
+        "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
+           REFERENCES public.tenants (id) ON DELETE CASCADE",
+        "ALTER TABLE {s}.inbox_items ADD FOREIGN KEY (tenant_id)
+           REFERENCES public.tenants (id) ON DELETE CASCADE",
+        "CREATE INDEX IF NOT EXISTS notifications_by_alert_0019
+           ON {s}.notifications (tenant_id, alert_id)",
     ] {
-        sqlx::query(&stmt.replace("{s}", SCHEMA_AFTER))
+        sqlx::query(&stmt.replace("{s}", SCHEMA_0019))
             .execute(&mut *tx)
             .await?;
     }
@@ -178,6 +207,69 @@ async fn fresh_deliveries(ctx: &Ctx) -> anyhow::Result<()> {
         }
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// The same history in every arm's tables: `alerts` alerts of 500 recipients
+/// on in_app + webhook for the ingest tenant, all delivered (`sent`), with
+/// time-ordered ids older than any the measurement makes, generated in SQL
+/// (1,000 notifications, 1,000 deliveries and 500 inbox items per alert).
+/// Then VACUUM ANALYZE and a CHECKPOINT, so that each arm starts with its
+/// indexes big, its statistics current and no full-page images owed.
+async fn prefill(ctx: &Ctx, alerts: i64, endpoint: uuid::Uuid) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tenant = tenant_uuid(TENANT);
+    let alert_id =
+        "(lpad(to_hex(1764547200000 + a), 12, '0') || '7' || substr(md5(a::text), 1, 19))::uuid";
+    let key = "encode(sha256(convert_to('pre-' || a || '/' || i || '/' || c, 'UTF8')), 'hex')";
+    let rows = "FROM generate_series(1, $3::bigint) a, generate_series(1, 500) i,
+                     unnest(ARRAY['in_app', 'webhook']) c";
+    for s in SCHEMAS {
+        for stmt in [
+            format!(
+                "INSERT INTO {s}.notifications
+                     (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)
+                 SELECT $1, {key}, 'pre-' || a || '|' || i || '|' || c, {alert_id}, '{EVENT_TYPE}',
+                        'pre-' || a, 'user-' || i, c
+                 {rows}"
+            ),
+            format!(
+                "INSERT INTO {s}.deliveries
+                     (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id,
+                      status, sent_at)
+                 SELECT $1, {key}, {alert_id}, 'user-' || i, c,
+                        CASE WHEN c = 'webhook' THEN $2::uuid END, 'sent', now()
+                 {rows}"
+            ),
+            format!(
+                "INSERT INTO {s}.inbox_items
+                     (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
+                 SELECT $1, 'user-' || i, {key}, {alert_id}, '{EVENT_TYPE}', 'pre-' || a,
+                        'Invoice overdue', '{{\"amount\": 42}}'
+                 {rows} WHERE c = 'in_app'"
+            ),
+        ] {
+            sqlx::query(&stmt)
+                .bind(tenant)
+                .bind(endpoint)
+                .bind(alerts)
+                .execute(&ctx.pool)
+                .await
+                .with_context(|| format!("pre-filling {s}"))?;
+        }
+        for table in ["notifications", "deliveries", "inbox_items"] {
+            sqlx::query(&format!("VACUUM ANALYZE {s}.{table}"))
+                .execute(&ctx.pool)
+                .await?;
+        }
+    }
+    sqlx::query("CHECKPOINT").execute(&ctx.pool).await?;
+    eprintln!(
+        "  ingest: {} arms pre-filled with {} delivery rows each in {:.0} s",
+        SCHEMAS.len(),
+        alerts * 1_000,
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -232,6 +324,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let pgbench_before = pgbench_script(ctx, "alert_ingest_v0.sql")?;
     let pgbench_digest_keys = pgbench_script(ctx, "alert_ingest_v1.sql")?;
     fresh_deliveries(ctx).await?;
+    prefill(ctx, ctx.tier.ingest_prefill_alerts, endpoint).await?;
     let tenant = tenant_uuid(TENANT).to_string();
 
     let mut fresh: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
@@ -239,6 +332,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut sql_after: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut sql_before: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut sql_digest_keys: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut sql_0019: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut keyed: Vec<Vec<Vec<Measure>>> = vec![vec![vec![]; 3]; sizes.len()];
     let replay_levels = [0u32, 10, 100];
     let mut written = vec![0i64; sizes.len()];
@@ -260,10 +354,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 ("ep", endpoint.to_string()),
             ]);
             baseline[si].push(ctx.pgbench(&pgbench, &vars).await?);
-            // The three arms in an order that rotates every repetition,
+            // The four arms in an order that rotates every repetition,
             // each on its own tables.
-            for arm in 0..3 {
-                match (arm + rep) % 3 {
+            for arm in 0..4 {
+                match (arm + rep) % 4 {
                     0 => sql_before[si].push(
                         ctx.pgbench_in_schema(&pgbench_before, &vars, SCHEMA_BEFORE)
                             .await?,
@@ -272,6 +366,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                         ctx.pgbench_in_schema(&pgbench_digest_keys, &vars, SCHEMA_DIGEST_KEYS)
                             .await?,
                     ),
+                    2 => sql_0019[si]
+                        .push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_0019).await?),
                     _ => sql_after[si]
                         .push(ctx.pgbench_in_schema(&pgbench, &vars, SCHEMA_AFTER).await?),
                 }
@@ -329,6 +425,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             None,
             &rows(&sql_after[si], si),
             &rows(&sql_digest_keys[si], si),
+        ));
+    }
+    for (si, &n) in sizes.iter().enumerate() {
+        w.ratios.push(Ratio::new(
+            &format!("ingest SQL after ÷ before migration 0020, {}/alert", n * 2),
+            &format!(
+                "pgbench rows/s of alert_ingest.sql, tables as migrated ({}/alert)",
+                n * 2
+            ),
+            "alert_ingest.sql on the tables of migration 0019 (foreign keys to tenants, notifications by alert), same run",
+            None,
+            &rows(&sql_after[si], si),
+            &rows(&sql_0019[si], si),
         ));
     }
     w.aims.push(Aim::at_least(
@@ -393,14 +502,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     }
     w.tables.push(t);
     let mut t = Table::new(
-        "The write path's SQL before issue 15, before migration 0019 and now (pgbench, fresh tables, same run): delivery rows/s",
+        "The write path's SQL before issue 15, before migrations 0019 and 0020 and now (pgbench, pre-filled tables, same run): delivery rows/s",
         &[
             "deliveries/alert",
             "before 15 (alert_ingest_v0.sql)",
             "before 0019 (alert_ingest_v1.sql)",
+            "before 0020 (alert_ingest.sql)",
             "now (alert_ingest.sql)",
             "now ÷ before 15",
             "now ÷ before 0019",
+            "now ÷ before 0020",
         ],
     );
     for (si, &n) in sizes.iter().enumerate() {
@@ -415,9 +526,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             format!("{}", n * 2),
             Spread::of(&rows(&sql_before[si], si)).show(0),
             Spread::of(&rows(&sql_digest_keys[si], si)).show(0),
+            Spread::of(&rows(&sql_0019[si], si)).show(0),
             Spread::of(&rows(&sql_after[si], si)).show(0),
             Spread::of(&ratio(&sql_before[si])).show(2),
             Spread::of(&ratio(&sql_digest_keys[si])).show(2),
+            Spread::of(&ratio(&sql_0019[si])).show(2),
         ]);
     }
     w.tables.push(t);
@@ -434,6 +547,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
          rows/s has no same-run before."
             .into(),
     );
+    w.notes.push(format!(
+        "Migration 0020's before: alert_ingest.sql on the tables as 0019 left them (schema \
+         ingest_0019: foreign keys to public.tenants on notifications, deliveries and inbox items, \
+         and notifications_by_alert); the other arms' copies never had foreign keys. Every arm's \
+         tables were pre-filled alike before the first measurement: {} alerts of 500 recipients × \
+         in_app + webhook ({} notifications, {} deliveries, {} inbox items per arm, all sent), \
+         then VACUUM ANALYZE and a CHECKPOINT. Runs before this one started from empty tables.",
+        ctx.tier.ingest_prefill_alerts,
+        ctx.tier.ingest_prefill_alerts * 1_000,
+        ctx.tier.ingest_prefill_alerts * 1_000,
+        ctx.tier.ingest_prefill_alerts * 500,
+    ));
     w.notes.push(
         "Baseline: pgbench runs the server's statements (bench/sql/alert_ingest.sql) in one \
          transaction, plus one generator SELECT per transaction that makes unique keys and the \
@@ -460,6 +585,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     "pgbench_sql_after_fresh": sql_after[si],
                     "pgbench_sql_before_fresh": sql_before[si],
                     "pgbench_sql_digest_keys_fresh": sql_digest_keys[si],
+                    "pgbench_sql_0019_prefilled": sql_0019[si],
                     "keyed_replay_0": keyed[si][0],
                     "keyed_replay_10": keyed[si][1],
                     "keyed_replay_100": keyed[si][2],
@@ -469,7 +595,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .collect::<Vec<_>>(),
     );
     sqlx::query(&format!(
-        "DROP SCHEMA IF EXISTS {SCHEMA_AFTER}, {SCHEMA_BEFORE}, {SCHEMA_DIGEST_KEYS} CASCADE"
+        "DROP SCHEMA IF EXISTS {} CASCADE",
+        SCHEMAS.join(", ")
     ))
     .execute(&ctx.pool)
     .await?;
