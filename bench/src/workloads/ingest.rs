@@ -536,12 +536,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
     w.notes.push(
         "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before issue 15) \
-         on a fresh `deliveries` with the indexes of migrations 0005–0013 and fresh notifications and \
-         inbox items keyed by the digest (before migration 0019), and of alert_ingest.sql on fresh \
+         on a `deliveries` with the indexes of migrations 0005–0013 and notifications and \
+         inbox items keyed by the digest (before migration 0019), and of alert_ingest.sql on \
          copies of the migrated tables (schemas ingest_before, ingest_after, reached through \
          search_path); alerts are the shared public table. Migration 0019's own before: \
          alert_ingest_v1.sql (main at ec3865b) on today's deliveries with notifications and inbox \
-         items keyed by the digest (schema ingest_digest_keys); the three arms rotate their order \
+         items keyed by the digest (schema ingest_digest_keys); the arms rotate their order \
          every repetition. Runs before 0019 shared notifications and \
          inbox items between the arms. The service itself runs only the new statements, so its \
          rows/s has no same-run before."
