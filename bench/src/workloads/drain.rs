@@ -124,6 +124,9 @@ pub struct OutboxStatements {
     /// The claim binds the batch as `$1` (every version before `_v2`'s
     /// successor); today's has it in its text and binds lease, channels.
     claim_binds_batch: bool,
+    /// The completion answers one row, the count of deliveries it wrote (a
+    /// statement of data-modifying CTEs), instead of a command tag's count.
+    complete_counts: bool,
 }
 
 impl OutboxStatements {
@@ -156,6 +159,20 @@ impl OutboxStatements {
             claim: first(claim)?,
             complete: first(complete)?,
             claim_binds_batch: true,
+            complete_counts: false,
+        })
+    }
+
+    /// Today's claim with another completion, one that answers the count of
+    /// rows it wrote (`outbox_complete_moved.sql`, drain-peer's experiment).
+    pub fn load_with_counting_completion(
+        repo: &std::path::Path,
+        complete: &str,
+    ) -> anyhow::Result<OutboxStatements> {
+        Ok(OutboxStatements {
+            claim_binds_batch: false,
+            complete_counts: true,
+            ..Self::load_files(repo, "outbox_claim.sql", complete)?
         })
     }
 
@@ -193,16 +210,19 @@ impl OutboxStatements {
         let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
-        let written = sqlx::query(&self.complete)
+        let complete = sqlx::query(&self.complete)
             .bind(&tenants)
             .bind(&ids)
             .bind(&attempts)
             .bind(vec!["sent"; n])
             .bind(vec![None::<i64>; n])
-            .bind(vec![None::<String>; n])
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            .bind(vec![None::<String>; n]);
+        let written = if self.complete_counts {
+            let count: i64 = sqlx::Row::try_get(&complete.fetch_one(&mut *conn).await?, 0)?;
+            count as u64
+        } else {
+            complete.execute(&mut *conn).await?.rows_affected()
+        };
         anyhow::ensure!(written == n as u64, "completed {written} of {n} claimed");
         Ok(n)
     }

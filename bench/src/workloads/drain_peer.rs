@@ -10,13 +10,16 @@
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
 //!   fairness included, rows decoded into the server's `ClaimedDelivery`;
-//! - **Tidings, claim planned per call**: the same-run "before" of the claim
-//!   whose batch is written into its text (so PostgreSQL keeps its generic
-//!   plan) and which reaches its rows by ctid: the claim of commit 85dc95a
-//!   (bench/sql/outbox_claim_v2.sql) with today's completion, on the same
-//!   table. (The run of commit 3956017 had **Tidings, pages filled to half**
-//!   here instead: today's statements at fillfactor 50 beside `deliveries`
-//!   filled to a third, a migration since reverted; its plots still draw it.)
+//! - **Tidings, sent rows moved out (experiment)**: today's claim with a
+//!   completion that moves a `sent` delivery out of the hot table, as pgmq's
+//!   archive does (bench/sql/outbox_complete_moved.sql: a DELETE from
+//!   `deliveries` and an INSERT into `deliveries_sent`, `MOVED_SCHEMA`), on
+//!   a copy of the migrated table: not what the server runs, measured to
+//!   decide whether it should. Runs up to run be87dcc540 had **Tidings,
+//!   claim planned per call** here instead (the claim of commit 85dc95a,
+//!   bench/sql/outbox_claim_v2.sql, with today's completion), and the run of
+//!   commit 3956017 **Tidings, pages filled to half**; their plots and
+//!   tables still draw them.
 //! - **Tidings before issue 15**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
@@ -24,7 +27,7 @@
 //!   (`BEFORE_SCHEMA`).
 //!
 //! The Tidings tables of a run live in their own schema (`peer_tidings`,
-//! `peer_v2`:
+//! `peer_moved` (with `deliveries_sent`), `peer_v2`:
 //! `deliveries` and `alerts` copied from `public` with their indexes,
 //! constraints and storage settings; `peer_before`: the table as migrations
 //! 0005–0013 left it) and the drain's connections put it first on their
@@ -84,6 +87,16 @@ pub const BEFORE_SCHEMA: &[&str] = &[
     "ALTER TABLE {s}.deliveries SET (autovacuum_vacuum_scale_factor = 0.01,
          autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
          autovacuum_analyze_scale_factor = 0.02)",
+];
+/// The experiment's table of sent deliveries (`System::MovedOut`): the
+/// columns of `deliveries`, its primary key and the alert's listing index
+/// (what the readers of a sent delivery need), no fillfactor (rows are only
+/// appended). `{s}` is the schema.
+pub const MOVED_SCHEMA: &[&str] = &[
+    "CREATE TABLE {s}.deliveries_sent (LIKE public.deliveries
+         INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
+    "ALTER TABLE {s}.deliveries_sent ADD PRIMARY KEY (tenant_id, id)",
+    "CREATE INDEX ON {s}.deliveries_sent (tenant_id, alert_id, recipient_id, channel)",
 ];
 /// `{schema}.deliveries` as migrated: columns, indexes and the migrations'
 /// storage settings (0008's autovacuum trigger, 0015's fillfactor), which
@@ -173,12 +186,16 @@ pub enum System {
     /// 3956017's tier M run, kept so that its plots can be redrawn.
     HalfFull,
     Before,
+    /// Today's claim with a completion that moves `sent` rows out of the hot
+    /// table (bench/sql/outbox_complete_moved.sql), an experiment.
+    MovedOut,
 }
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
-    pub const ALL: [System; 7] = [
+    pub const ALL: [System; 8] = [
         System::Tidings,
+        System::MovedOut,
         System::HalfFull,
         System::PlannedPerCall,
         System::Previous,
@@ -189,7 +206,7 @@ impl System {
     /// The systems a run measures.
     pub const RUN: [System; 5] = [
         System::Tidings,
-        System::PlannedPerCall,
+        System::MovedOut,
         System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
@@ -204,6 +221,7 @@ impl System {
             System::PlannedPerCall => "tidings_v2",
             System::HalfFull => "tidings_fillfactor_50",
             System::Before => "tidings_before",
+            System::MovedOut => "tidings_sent_moved",
         }
     }
 
@@ -216,6 +234,7 @@ impl System {
             System::PlannedPerCall => "Tidings, claim planned per call",
             System::HalfFull => "Tidings, pages filled to half",
             System::Before => "Tidings before issue 15",
+            System::MovedOut => "Tidings, sent rows moved out (experiment)",
         }
     }
 
@@ -227,6 +246,7 @@ impl System {
             System::PlannedPerCall => "peer_v2",
             System::HalfFull => "peer_half_full",
             System::Before => "peer_before",
+            System::MovedOut => "peer_moved",
         }
     }
 
@@ -238,24 +258,30 @@ impl System {
             | System::Previous
             | System::PlannedPerCall
             | System::HalfFull
-            | System::Before => {
+            | System::Before
+            | System::MovedOut => {
                 format!("{}.deliveries", self.schema())
             }
         }
     }
 
     /// Every table holding this system's messages (pgmq's archive; Tidings'
-    /// alerts, where the payload lives).
-    fn tables(self) -> [String; 2] {
+    /// alerts, where the payload lives; the experiment's `deliveries_sent`).
+    fn tables(self) -> Vec<String> {
         match self {
             System::PgmqArchive | System::PgmqDelete => {
-                [self.hot_table(), format!("pgmq.a_{QUEUE}")]
+                vec![self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
+            System::MovedOut => vec![
+                self.hot_table(),
+                format!("{}.deliveries_sent", self.schema()),
+                format!("{}.alerts", self.schema()),
+            ],
             System::Tidings
             | System::Previous
             | System::PlannedPerCall
             | System::HalfFull
-            | System::Before => [self.hot_table(), format!("{}.alerts", self.schema())],
+            | System::Before => vec![self.hot_table(), format!("{}.alerts", self.schema())],
         }
     }
 }
@@ -318,7 +344,8 @@ async fn prepare(
         | System::Previous
         | System::PlannedPerCall
         | System::HalfFull
-        | System::Before => {
+        | System::Before
+        | System::MovedOut => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -336,6 +363,13 @@ async fn prepare(
                 create_deliveries_as_migrated(&mut tx, s).await?;
             } else {
                 create_deliveries_before_0015(&mut tx, s).await?;
+            }
+            if system == System::MovedOut {
+                for stmt in MOVED_SCHEMA {
+                    sqlx::query(&stmt.replace("{s}", s))
+                        .execute(&mut *tx)
+                        .await?;
+                }
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
@@ -372,8 +406,7 @@ async fn prepare(
             }
         }
     }
-    let [a, b] = system.tables();
-    sqlx::query(&format!("VACUUM ANALYZE {a}, {b}"))
+    sqlx::query(&format!("VACUUM ANALYZE {}", system.tables().join(", ")))
         .execute(pool)
         .await?;
     sqlx::query("CHECKPOINT").execute(pool).await?;
@@ -396,7 +429,7 @@ struct TableStats {
 }
 
 async fn table_stats(pool: &PgPool, system: System) -> anyhow::Result<TableStats> {
-    let tables: Vec<String> = system.tables().to_vec();
+    let tables: Vec<String> = system.tables();
     let row: (i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
         "SELECT coalesce(sum(n_tup_ins), 0)::int8, coalesce(sum(n_tup_upd), 0)::int8,
                 coalesce(sum(n_tup_hot_upd), 0)::int8, coalesce(sum(n_tup_del), 0)::int8,
@@ -522,7 +555,8 @@ async fn drain(
                 | System::Previous
                 | System::PlannedPerCall
                 | System::HalfFull
-                | System::Before => statements.drain(&mut conn).await,
+                | System::Before
+                | System::MovedOut => statements.drain(&mut conn).await,
             };
             let backend_cpu = backend0
                 .zip(backend_cpu_seconds(pid).ok())
@@ -627,11 +661,22 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
         | System::Previous
         | System::PlannedPerCall
         | System::HalfFull
-        | System::Before => {
+        | System::Before
+        | System::MovedOut => {
+            // The experiment's sent rows are in deliveries_sent.
+            let all_rows = if system == System::MovedOut {
+                format!(
+                    "(SELECT status, attempts FROM {} UNION ALL
+                      SELECT status, attempts FROM {}.deliveries_sent) d",
+                    system.hot_table(),
+                    system.schema()
+                )
+            } else {
+                system.hot_table()
+            };
             let (sent, all): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT count(*) FILTER (WHERE status = 'sent' AND attempts = 1), count(*)
-                 FROM {}",
-                system.hot_table()
+                 FROM {all_rows}"
             ))
             .fetch_one(pool)
             .await?;
@@ -856,6 +901,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "outbox_claim_v2.sql",
         "outbox_complete.sql",
     )?);
+    let statements_moved = Arc::new(OutboxStatements::load_with_counting_completion(
+        &ctx.repo,
+        "outbox_complete_moved.sql",
+    )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
     let data_dir: String = sqlx::query_scalar("SELECT current_setting('data_directory')")
@@ -890,6 +939,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let run_statements = match system {
                     System::Before => &statements_before,
                     System::PlannedPerCall => &statements_v2,
+                    System::MovedOut => &statements_moved,
                     _ => &statements,
                 };
                 let (seconds, cpu) = drain(ctx, system, workers, run_statements).await?;
@@ -926,7 +976,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    for schema in ["peer_before", "peer_v2"] {
+    for schema in ["peer_before", "peer_v2", "peer_moved"] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .execute(&ctx.pool)
             .await?;
@@ -981,71 +1031,90 @@ fn summarise(
             &rate(System::PgmqArchive, n),
         ));
     }
-    for &n in &WORKERS {
-        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
-        w.ratios.push(Ratio::new(
-            &format!("outbox ÷ claim planned per call, {workers}"),
-            &format!("Tidings claim + complete msgs/s ({workers})"),
+    // The same-run arms beside today's statements; a run has those it
+    // measured (earlier runs had other sets).
+    let present = |s: System| !samples(runs, s, None, "per_sec").is_empty();
+    for (arm, key, what) in [
+        (
+            System::MovedOut,
+            "outbox ÷ sent rows moved out",
+            "the experiment: today's claim with a completion that moves sent rows to deliveries_sent (bench/sql/outbox_complete_moved.sql), same run",
+        ),
+        (
+            System::PlannedPerCall,
+            "outbox ÷ claim planned per call",
             "the claim of 85dc95a (planned at every call) + the same completion, same run",
-            None,
-            &rate(System::Tidings, n),
-            &rate(System::PlannedPerCall, n),
-        ));
-    }
-    for &n in &WORKERS {
-        let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
-        w.ratios.push(Ratio::new(
-            &format!("outbox after ÷ before issue 15, {workers}"),
-            &format!("Tidings claim + complete msgs/s ({workers})"),
+        ),
+        (
+            System::Before,
+            "outbox after ÷ before issue 15",
             "the statements and indexes before migration 0015, same run",
-            None,
-            &rate(System::Tidings, n),
-            &rate(System::Before, n),
-        ));
+        ),
+    ] {
+        if !present(arm) {
+            continue;
+        }
+        for &n in &WORKERS {
+            let workers = format!("{n} worker{}", if n == 1 { "" } else { "s" });
+            w.ratios.push(Ratio::new(
+                &format!("{key}, {workers}"),
+                &format!("Tidings claim + complete msgs/s ({workers})"),
+                what,
+                None,
+                &rate(System::Tidings, n),
+                &rate(arm, n),
+            ));
+        }
     }
+    let arms: Vec<System> = [System::MovedOut, System::PlannedPerCall, System::Before]
+        .into_iter()
+        .filter(|&s| present(s))
+        .collect();
+    let mut header: Vec<String> = [
+        "workers",
+        "pgmq read + archive",
+        "pgmq read + delete",
+        "Tidings claim + complete",
+        "Tidings ÷ pgmq archive",
+    ]
+    .map(String::from)
+    .to_vec();
+    for &s in &arms {
+        header.push(s.label().to_string());
+        header.push(format!("{} ÷ pgmq archive", short_label(s)));
+        header.push(format!("Tidings ÷ {}", short_label(s)));
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = Table::new(
         &format!(
             "Throughput, messages/s: {backlog} pending messages drained per run, batch {BATCH}"
         ),
-        &[
-            "workers",
-            "pgmq read + archive",
-            "pgmq read + delete",
-            "Tidings claim + complete",
-            "Tidings ÷ pgmq archive",
-            "Tidings, claim planned per call",
-            "planned per call ÷ pgmq archive",
-            "Tidings ÷ planned per call",
-            "Tidings before issue 15",
-            "before ÷ pgmq archive",
-            "Tidings ÷ before (speed-up)",
-        ],
+        &header,
     );
     let per_rep = |a: &[f64], b: &[f64]| -> String {
         let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
         Spread::of(&r).show(2)
     };
     for &n in &WORKERS {
-        let (pa, pd, ti, v1, le) = (
+        let (pa, pd, ti) = (
             rate(System::PgmqArchive, n),
             rate(System::PgmqDelete, n),
             rate(System::Tidings, n),
-            rate(System::PlannedPerCall, n),
-            rate(System::Before, n),
         );
-        t.row(vec![
+        let mut row = vec![
             n.to_string(),
             Spread::of(&pa).show(0),
             Spread::of(&pd).show(0),
             Spread::of(&ti).show(0),
             per_rep(&ti, &pa),
-            Spread::of(&v1).show(0),
-            per_rep(&v1, &pa),
-            per_rep(&ti, &v1),
-            Spread::of(&le).show(0),
-            per_rep(&le, &pa),
-            per_rep(&ti, &le),
-        ]);
+        ];
+        for &s in &arms {
+            let other = rate(s, n);
+            row.push(Spread::of(&other).show(0));
+            row.push(per_rep(&other, &pa));
+            row.push(per_rep(&ti, &other));
+        }
+        t.row(row);
     }
     w.tables.push(t);
 
@@ -1064,7 +1133,7 @@ fn summarise(
             "all its tables + indexes after, MB",
         ],
     );
-    for s in System::RUN {
+    for s in System::ALL.into_iter().filter(|&s| present(s)) {
         let m = |key: &str| Spread::of(&samples(runs, s, None, key));
         let mb = |key: &str| Spread::of(&samples(runs, s, None, key)).median / 1e6;
         t.row(vec![
@@ -1109,7 +1178,7 @@ fn summarise(
             "CPU per message, µs: the loops' database backends + the client (median, same runs)",
             &["system", "1 worker", "2 workers", "4 workers"],
         );
-        for s in System::RUN {
+        for s in System::ALL.into_iter().filter(|&s| present(s)) {
             let mut row = vec![s.label().to_string()];
             for &n in &WORKERS {
                 let m = |key: &str| Spread::of(&samples(runs, s, Some(n), key)).median;
@@ -1132,13 +1201,25 @@ fn summarise(
          fairness probe over the tenants with open work. All on sqlx, one connection per \
          loop."
     ));
-    w.notes.push(
-        "Tidings, claim planned per call: the claim of 85dc95a (bench/sql/outbox_claim_v2.sql: \
-         the batch bound as a parameter, so PostgreSQL plans it at every call, and the picked \
-         rows found again by primary key) with today's completion, on the same table: the \
-         same-run before of the claim with the batch in its text and the ctid join."
-            .into(),
-    );
+    if present(System::MovedOut) {
+        w.notes.push(
+            "Tidings, sent rows moved out (experiment): today's claim with a completion that \
+             deletes a sent delivery from `deliveries` and inserts it into `deliveries_sent` \
+             (primary key and the alert's listing index, filled full), as pgmq's archive does; \
+             other outcomes update in place (bench/sql/outbox_complete_moved.sql), on a copy of \
+             the migrated table. Not what the server runs."
+                .into(),
+        );
+    }
+    if present(System::PlannedPerCall) {
+        w.notes.push(
+            "Tidings, claim planned per call: the claim of 85dc95a (bench/sql/outbox_claim_v2.sql: \
+             the batch bound as a parameter, so PostgreSQL plans it at every call, and the picked \
+             rows found again by primary key) with today's completion, on the same table: the \
+             same-run before of the claim with the batch in its text and the ctid join."
+                .into(),
+        );
+    }
     w.notes.push(
         "Tidings before issue 15: the claim and completion of then \
          (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
@@ -1167,6 +1248,7 @@ fn color(s: System) -> plots::RGBColor {
         System::PgmqArchive => plots::ORANGE,
         System::PgmqDelete => plots::GREEN,
         System::Before => plots::PURPLE,
+        System::MovedOut => plots::RED,
     }
 }
 
@@ -1179,6 +1261,7 @@ fn short_label(s: System) -> &'static str {
         System::PlannedPerCall => "per-call plan",
         System::HalfFull => "half-full pages",
         System::Before => "before",
+        System::MovedOut => "sent moved out",
     }
 }
 
@@ -1265,6 +1348,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     };
     let mut ratio_lines: Vec<plots::Series> = [
         System::Tidings,
+        System::MovedOut,
         System::HalfFull,
         System::PlannedPerCall,
         System::Previous,
