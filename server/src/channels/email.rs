@@ -87,7 +87,7 @@ impl EmailSender {
             .subject(subject.clone())
             .message_id(Some(message_id(&delivery.notification_key)))
             .header(ContentType::TEXT_PLAIN)
-            .body(render_text(&subject, event_type, delivery, payload));
+            .body(render_text(&subject, event_type, delivery, &payload.0));
         let message = match message {
             Ok(message) => message,
             Err(err) => return Outcome::permanent(format!("cannot build the email: {err}")),
@@ -115,9 +115,13 @@ fn render_text(
     subject: &str,
     event_type: &str,
     delivery: &ClaimedDelivery,
-    payload: &serde_json::Value,
+    payload: &serde_json::value::RawValue,
 ) -> String {
     let mut text = format!("{subject}\n\n");
+    // Decoded as before the payload was carried as text: the fields in the
+    // same (sorted) order.
+    let payload: serde_json::Value =
+        serde_json::from_str(payload.get()).unwrap_or(serde_json::Value::Null);
     match payload {
         serde_json::Value::Object(fields) => {
             for (name, value) in fields {
@@ -128,7 +132,7 @@ fn render_text(
             }
         }
         other => {
-            text.push_str(&serde_json::to_string_pretty(other).unwrap_or_default());
+            text.push_str(&serde_json::to_string_pretty(&other).unwrap_or_default());
             text.push('\n');
         }
     }

@@ -57,9 +57,16 @@ impl Channels {
         channels
     }
 
-    pub async fn deliver(&self, delivery: &ClaimedDelivery) -> Outcome {
+    /// Sends `delivery`; `endpoint` is its webhook endpoint as
+    /// [`webhook::WebhookSender::endpoint`] made it (`None` for other channels
+    /// and for a deleted endpoint).
+    pub async fn deliver(
+        &self,
+        delivery: &ClaimedDelivery,
+        endpoint: Option<&webhook::Endpoint>,
+    ) -> Outcome {
         match delivery.channel {
-            Channel::Webhook => self.webhook.send(delivery).await,
+            Channel::Webhook => self.webhook.send(delivery, endpoint).await,
             Channel::Email => match &self.email {
                 Some(email) => email.send(delivery).await,
                 None => Outcome::transient(

@@ -54,8 +54,19 @@ struct Data<'a> {
     entity_id: &'a str,
     recipient_id: &'a str,
     subject: Option<&'a str>,
-    payload: &'a serde_json::Value,
+    /// The alert's payload as PostgreSQL's jsonb text: embedded as it is,
+    /// never decoded into a tree and written out again.
+    payload: &'a serde_json::value::RawValue,
     key: &'a str,
+}
+
+/// What every delivery of a batch to one endpoint shares, worked out once per
+/// endpoint and batch instead of once per delivery: the URL parsed and checked
+/// against the address guard, and the HMAC key of each (opened) secret decoded
+/// and keyed.
+pub struct Endpoint {
+    url: Result<url::Url, Refused>,
+    signers: Result<Vec<Hmac<Sha256>>, String>,
 }
 
 impl WebhookSender {
@@ -74,8 +85,19 @@ impl WebhookSender {
         Ok(WebhookSender { client, policy })
     }
 
-    pub async fn send(&self, delivery: &ClaimedDelivery) -> Outcome {
-        let (Some(url), Some(secret)) = (&delivery.endpoint_url, &delivery.endpoint_secret) else {
+    /// The endpoint of `url` signing with the opened `secrets` (the current
+    /// one, then the previous one during a rotation's grace period).
+    pub fn endpoint<'a>(&self, url: &str, secrets: impl IntoIterator<Item = &'a str>) -> Endpoint {
+        Endpoint {
+            url: check_url(url, self.policy),
+            signers: secrets.into_iter().map(signer).collect(),
+        }
+    }
+
+    /// Sends `delivery` to `endpoint`, which must be the endpoint of the
+    /// delivery's URL and opened secrets (`None`: the endpoint was deleted).
+    pub async fn send(&self, delivery: &ClaimedDelivery, endpoint: Option<&Endpoint>) -> Outcome {
+        let Some(endpoint) = endpoint else {
             return Outcome::Skipped {
                 reason: "webhook endpoint was deleted".into(),
             };
@@ -87,9 +109,9 @@ impl WebhookSender {
                 reason: "alert was deleted".into(),
             };
         };
-        let url = match check_url(url, self.policy) {
-            Ok(url) => url,
-            Err(refused) => return refusal(delivery, refused),
+        let url = match &endpoint.url {
+            Ok(url) => url.clone(),
+            Err(refused) => return refusal(delivery, refused.clone()),
         };
         let body = Body {
             event_type,
@@ -102,7 +124,7 @@ impl WebhookSender {
                 entity_id,
                 recipient_id: &delivery.recipient_id,
                 subject: delivery.subject.as_deref(),
-                payload,
+                payload: &payload.0,
                 key: &delivery.notification_key,
             },
         };
@@ -114,20 +136,25 @@ impl WebhookSender {
         };
         let timestamp = chrono::Utc::now().timestamp();
         let msg_id = &delivery.notification_key;
-        let mut signatures = Vec::with_capacity(2);
-        for secret in std::iter::once(secret).chain(delivery.endpoint_previous_secret.as_ref()) {
-            match sign(secret, msg_id, timestamp, &body) {
-                Ok(signature) => signatures.push(signature),
-                Err(err) => return Outcome::permanent(err),
+        let signers = match &endpoint.signers {
+            Ok(signers) => signers,
+            Err(err) => return Outcome::permanent(err.clone()),
+        };
+        let timestamp_text = timestamp.to_string();
+        let mut signatures = String::with_capacity(48 * signers.len());
+        for signer in signers {
+            if !signatures.is_empty() {
+                signatures.push(' ');
             }
+            signatures.push_str(&signature(signer.clone(), msg_id, &timestamp_text, &body));
         }
         let request = self
             .client
             .post(url)
             .header("content-type", "application/json")
             .header("webhook-id", msg_id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signatures.join(" "))
+            .header("webhook-timestamp", timestamp_text)
+            .header("webhook-signature", signatures)
             .body(body);
         match request.send().await {
             Ok(response) => judge_response(delivery, response).await,
@@ -216,6 +243,16 @@ fn find_refused(err: &reqwest::Error) -> Option<Refused> {
 
 /// One `v1,<base64 HMAC-SHA256>` signature.
 pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<String, String> {
+    Ok(signature(
+        signer(secret)?,
+        msg_id,
+        &timestamp.to_string(),
+        body,
+    ))
+}
+
+/// The HMAC keyed with a `whsec_` secret, ready to sign (cloned per message).
+fn signer(secret: &str) -> Result<Hmac<Sha256>, String> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
     let key = SECRET_BASE64
         .decode(encoded)
@@ -223,16 +260,19 @@ pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<S
     if key.is_empty() {
         return Err("the endpoint's secret is empty".into());
     }
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())?;
+    Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())
+}
+
+fn signature(mut mac: Hmac<Sha256>, msg_id: &str, timestamp: &str, body: &[u8]) -> String {
     mac.update(msg_id.as_bytes());
     mac.update(b".");
-    mac.update(timestamp.to_string().as_bytes());
+    mac.update(timestamp.as_bytes());
     mac.update(b".");
     mac.update(body);
-    Ok(format!(
-        "v1,{}",
-        STANDARD.encode(mac.finalize().into_bytes())
-    ))
+    let mut text = String::with_capacity(47);
+    text.push_str("v1,");
+    STANDARD.encode_string(mac.finalize().into_bytes(), &mut text);
+    text
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! [`OutboxConfig`](crate::config::OutboxConfig).
 
 use std::{
+    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -36,7 +37,11 @@ use crate::secrets::{Purpose, SecretError, SecretKeys};
 use crate::store::outbox::{self as store, ClaimedDelivery, CompletedDelivery, Completion};
 use crate::{
     backoff::Backoff,
-    channels::{email::EmailSender, webhook::WebhookSender, Channels, Outcome},
+    channels::{
+        email::EmailSender,
+        webhook::{self, WebhookSender},
+        Channels, Outcome,
+    },
     config::OutboxConfig,
     db::PrimaryPool,
     deliveries::status::DeliveryStatus,
@@ -126,6 +131,9 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     handles
 }
 
+/// A webhook endpoint ready to send to, or why its secret cannot be opened here.
+type OpenedEndpoint = Result<webhook::Endpoint, SecretError>;
+
 struct Worker {
     pool: PrimaryPool,
     config: OutboxConfig,
@@ -197,15 +205,18 @@ impl Worker {
     ) {
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        let endpoints = self.endpoints(&batch);
         let sends = async move {
-            futures::stream::iter(batch)
-                .for_each_concurrent(self.config.concurrency, |delivery| {
+            futures::stream::iter(batch.into_iter().zip(endpoints))
+                .for_each_concurrent(self.config.concurrency, |(delivery, endpoint)| {
                     let (done_tx, permits) = (done_tx.clone(), permits.clone());
                     async move {
                         let Ok(permit) = permits.acquire_owned().await else {
                             return;
                         };
-                        let done = self.deliver_one(delivery, claimed_at, shutdown).await;
+                        let done = self
+                            .deliver_one(delivery, endpoint, claimed_at, shutdown)
+                            .await;
                         // The receiver lives until every sender is gone.
                         let _ = done_tx.send((done, permit));
                     }
@@ -232,7 +243,8 @@ impl Worker {
     /// attempts) and decides its completion.
     async fn deliver_one(
         &self,
-        mut delivery: ClaimedDelivery,
+        delivery: ClaimedDelivery,
+        endpoint: Option<Arc<OpenedEndpoint>>,
         claimed_at: Instant,
         shutdown: &Shutdown,
     ) -> CompletedDelivery {
@@ -249,11 +261,12 @@ impl Worker {
                 ),
             }
         } else {
-            let outcome = match self.open_secrets(&mut delivery) {
-                Ok(()) => self.channels.deliver(&delivery).await,
+            let outcome = match endpoint.as_deref() {
+                None => self.channels.deliver(&delivery, None).await,
+                Some(Ok(endpoint)) => self.channels.deliver(&delivery, Some(endpoint)).await,
                 // The key may yet be supplied (TIDINGS_SECRET_KEY):
                 // retried, not dead at once.
-                Err(err) => {
+                Some(Err(err)) => {
                     tracing::error!(delivery = delivery.id, error = %err, "cannot open the endpoint's secret");
                     Outcome::transient("the endpoint's secret cannot be opened on this worker")
                 }
@@ -272,18 +285,43 @@ impl Worker {
         }
     }
 
-    /// The endpoint's secrets as the sender needs them: opened.
-    fn open_secrets(&self, delivery: &mut ClaimedDelivery) -> Result<(), SecretError> {
-        for stored in [
-            &mut delivery.endpoint_secret,
-            &mut delivery.endpoint_previous_secret,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            *stored = self.secrets.open(Purpose::WebhookSecret, stored)?;
+    /// The webhook endpoint of each delivery of `batch`, in its order: its
+    /// secrets opened and the endpoint prepared for sending
+    /// ([`WebhookSender::endpoint`]) once per endpoint, not once per delivery
+    /// (a batch's hundred deliveries usually go to a handful of endpoints).
+    /// `None`: not a webhook, or its endpoint was deleted.
+    fn endpoints(&self, batch: &[ClaimedDelivery]) -> Vec<Option<Arc<OpenedEndpoint>>> {
+        let mut prepared: HashMap<(&str, &str, Option<&str>), Arc<OpenedEndpoint>> = HashMap::new();
+        batch
+            .iter()
+            .map(|delivery| {
+                let (Some(url), Some(secret)) = (&delivery.endpoint_url, &delivery.endpoint_secret)
+                else {
+                    return None;
+                };
+                if delivery.channel != tidings_core::Channel::Webhook {
+                    return None;
+                }
+                let previous = delivery.endpoint_previous_secret.as_deref();
+                let endpoint = prepared
+                    .entry((url, secret, previous))
+                    .or_insert_with(|| Arc::new(self.open_endpoint(url, secret, previous)));
+                Some(endpoint.clone())
+            })
+            .collect()
+    }
+
+    /// An endpoint's secrets opened (they are stored sealed) and the endpoint
+    /// made ready to sign with them.
+    fn open_endpoint(&self, url: &str, secret: &str, previous: Option<&str>) -> OpenedEndpoint {
+        let mut opened = Vec::with_capacity(2);
+        for stored in std::iter::once(secret).chain(previous) {
+            opened.push(self.secrets.open(Purpose::WebhookSecret, stored)?);
         }
-        Ok(())
+        Ok(self
+            .channels
+            .webhook
+            .endpoint(url, opened.iter().map(String::as_str)))
     }
 
     fn completion_of(&self, delivery: &ClaimedDelivery, outcome: Outcome) -> Completion {

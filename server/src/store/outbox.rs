@@ -38,7 +38,9 @@ pub struct ClaimedDelivery {
     pub event_type: Option<String>,
     pub entity_id: Option<String>,
     pub subject: Option<String>,
-    pub payload: Option<serde_json::Value>,
+    /// The jsonb text as PostgreSQL writes it, not decoded into a tree:
+    /// the webhook body embeds it as it is.
+    pub payload: Option<sqlx::types::Json<Box<serde_json::value::RawValue>>>,
     pub alert_created_at: Option<chrono::DateTime<chrono::Utc>>,
     pub endpoint_url: Option<String>,
     pub endpoint_secret: Option<String>,
