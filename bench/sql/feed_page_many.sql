@@ -1,8 +1,11 @@
 -- GET /v1/feed (no cursor) for a reader with more sources (teams + the alerts)
 -- than the page's k = limit + 1 (the wide reader), handed a counts base: the
 -- statement such a first page runs, as server/src/store/feed.rs composes it
--- (read_first_page_carried; tops probed, the k-th top prunes the sources to
--- scan, PageKind::First; the counts from the base and the page's positions).
+-- (read_first_page_carried; PageKind::First: one scan of the tenant's newest
+-- events keeps the reader's teams' k newest, and only when it cannot tell are
+-- the tops probed and the k-th top prunes the sources to scan; the counts from
+-- the base and the page's positions). feed_page_many_v2.sql is the statement
+-- before the tenant scan.
 -- Parameters as feed_page.sql, $7/$8 after and $9/$10 before used.
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
 -- source-fn: tidings_server::store::feed::feed_page_carried_sql(PageKind::First)
@@ -58,8 +61,28 @@ threshold AS MATERIALIZED (
         SELECT tx, id FROM page_tops ORDER BY tx DESC, id DESC OFFSET $11 - 1 LIMIT 1
     ) k ON true
 ),
+scan_page AS MATERIALIZED (
+    SELECT s.tx, s.id, s.team_id FROM (
+        SELECT e.tx, e.id, e.team_id, e.team_id IN (SELECT t.team_id FROM teams t) AS mine
+        FROM events e
+        WHERE e.tenant_id = $1 AND e.tx < (SELECT tx FROM horizon)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 4 * cardinality($3::text[])
+    ) s
+    WHERE s.mine
+    LIMIT $11
+),
+scanned AS MATERIALIZED (
+    SELECT s.tx, s.id FROM scan_page s JOIN teams t ON t.team_id = s.team_id
+    WHERE (s.tx, s.id) > (t.joined_tx, t.joined_id)
+),
+scan_holds AS MATERIALIZED (
+    SELECT count(*) >= $11 AS holds FROM scanned
+),
 page_positions AS MATERIALIZED (
     SELECT * FROM (
+        (SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))
+        UNION ALL
         (SELECT e.* FROM page_tops top
          JOIN page_teams pt ON pt.team_id = top.team_id
          CROSS JOIN bounds b CROSS JOIN threshold th
@@ -71,7 +94,8 @@ page_positions AS MATERIALIZED (
             ORDER BY e.tx DESC, e.id DESC
             LIMIT $11
          ) e
-         WHERE (top.tx, top.id) >= (th.tx, th.id))
+         WHERE (top.tx, top.id) >= (th.tx, th.id)
+           AND NOT (SELECT holds FROM scan_holds))
         UNION ALL
         -- LATERAL, so the bounds are index conditions rather than filters.
         (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
@@ -85,6 +109,9 @@ page_positions AS MATERIALIZED (
     ) merged
     ORDER BY tx DESC, id DESC
     LIMIT $11
+),
+page_head AS (
+    SELECT tx, id FROM page_positions ORDER BY tx DESC, id DESC LIMIT 1
 ),
 page AS (
     SELECT p.id, p.tx, e.team_id, e.type, e.actor_id, e.object_id, NULL::text AS subject,
@@ -162,6 +189,6 @@ SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        EXISTS (SELECT 1 FROM reads r WHERE r.id = p.id) AS individually_read
 FROM marks m
 CROSS JOIN badges c
-LEFT JOIN head h ON true
+LEFT JOIN page_head h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx DESC, p.id DESC;

@@ -420,6 +420,126 @@ async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
     }
 }
 
+/// A first page of a reader with more sources than the page's k scans the
+/// tenant's newest events once and probes each source only when that scan
+/// cannot tell (ARCHITECTURE.md, "The feed statement"). Its page must be the
+/// per-source one — every source scanned (`PageKind::FirstFew`) and every
+/// source probed (`PageKind::Before` with no cursor) — item for item, with
+/// the same head, `more`, watermarks and counts, in each case the scan meets:
+/// it holds (the reader's teams wrote the tenant's newest events), one of its
+/// k entries predates the reader's join of its team (the page falls back to
+/// the probes), and the reader's teams wrote none of the tenant's last 4 ×
+/// teams entries (the scan's budget runs out: the probes again); with quiet
+/// teams, a page boundary at every limit, and the counts carried over.
+#[tokio::test]
+async fn a_first_page_that_scans_the_tenant_is_the_page_of_the_per_source_statements() {
+    use tidings_server::store::{feed as store, horizon, teams};
+    let f = TenantFixture::spawn().await;
+    let api = f.api();
+    let tenant = f.tenant.uuid();
+    // Events of "late" and of "other" before the reader joins anything.
+    post_batch(&api, "late", 3).await;
+    post_batch(&api, "other", 2).await;
+    let busy = ["a", "b", "c"];
+    for team in busy {
+        api.put_member(team, "u").expect(201).await;
+    }
+    for n in 0..6 {
+        api.put_member(format!("quiet-{n}"), "u").expect(201).await;
+    }
+    for (n, team) in busy.iter().enumerate() {
+        post_batch(&api, team, 2 + n).await;
+    }
+    post_event(&api, "a", "newest").await;
+    let pool = &f.pool;
+
+    let compare = |case: &'static str| async move {
+        let members = teams::list_memberships_of_user(pool, tenant, "u")
+            .await
+            .expect("teams");
+        let horizon = horizon::read_feed_horizons(pool)
+            .await
+            .expect("horizon")
+            .of(tenant);
+        let first = store::PageFrom::Before(None);
+        for limit in [1, 2, 3, 5, 8] {
+            // 9 or 10 teams: more sources than k = limit + 1 at every limit.
+            assert_eq!(
+                store::first_page_kind(members.len(), limit),
+                store::PageKind::First,
+                "{case}, limit {limit}"
+            );
+            let page = |kind| {
+                let members = &members;
+                async move {
+                    store::read_feed_as(
+                        pool, kind, tenant, "u", members, first, limit, horizon, None,
+                    )
+                    .await
+                    .expect("page")
+                }
+            };
+            let scanned = page(store::PageKind::First).await;
+            let carried = store::read_first_page_carried(
+                pool,
+                tenant,
+                "u",
+                &members,
+                limit,
+                horizon,
+                &scanned.walk.next,
+            )
+            .await
+            .expect("carried page")
+            .expect("nothing new since the base: counted from the page");
+            let ours = |p: &store::FeedPage| {
+                (
+                    p.items.iter().map(|i| i.position).collect::<Vec<_>>(),
+                    p.head,
+                    p.more,
+                    p.marks,
+                    p.badges,
+                )
+            };
+            for kind in [store::PageKind::FirstFew, store::PageKind::Before] {
+                let other = page(kind).await;
+                assert_eq!(
+                    ours(&scanned),
+                    ours(&other),
+                    "{case}, limit {limit}, {kind:?}"
+                );
+                assert_eq!(
+                    ours(&carried),
+                    ours(&other),
+                    "{case}, limit {limit}, carried"
+                );
+            }
+            assert_eq!(
+                scanned.items.len(),
+                limit.min(scanned.badges.unread) as usize
+            );
+        }
+    };
+
+    // The reader's teams wrote the tenant's newest events: the scan holds.
+    compare("scan holds").await;
+    // "late" is joined after its newest events, which are newer than every
+    // other team's: the scan's k entries hold some before the join.
+    post_batch(&api, "late", 8).await;
+    api.put_member("late", "u").expect(201).await;
+    compare("entries before a join").await;
+    // After the join: "late"'s newest count again.
+    post_batch(&api, "late", 2).await;
+    compare("after the join").await;
+    // 4 × 10 teams = 40 entries of a team the reader is not in, newest: the
+    // scan's budget runs out before it finds any of the reader's.
+    post_batch(&api, "other", 41).await;
+    compare("budget spent on other teams").await;
+    // One of the reader's above them again: fewer than k found, probes.
+    post_event(&api, "b", "one more").await;
+    compare("one of k above the others").await;
+}
+
 /// Badge counts subtract the items read one by one instead of probing each
 /// counted item; at the cap, an item read one by one must not make a capped
 /// count look exact or an exact one look capped.

@@ -15,7 +15,9 @@
 //! id)` or `inbox_items (tenant_id, recipient_id, tx, id)` with a LIMIT; rows
 //! (payloads) are read for the page's items alone. A page costs one probe per
 //! source plus at most (limit + 1)² index entries (see [`page_ctes`]), whatever
-//! the history and however many teams; badge counts stop after
+//! the history and however many teams; a first page of many teams first scans
+//! the tenant's newest entries (`events (tenant_id, tx, id)`), at most 4 per
+//! team, and probes only when that scan cannot tell ([`TENANT_SCAN`]); badge counts stop after
 //! [`tidings_core::BADGE_CAP`] + 1 entries (plus the user's individually read
 //! items) in all, and walk only what is newer than the user's previous
 //! statement when its counts are handed back and still hold ([`CountsBase`]);
@@ -479,7 +481,9 @@ badges AS MATERIALIZED (
 /// Which feed statement a page runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageKind {
-    /// Newest first from the top: the page's per-source tops are the feed's.
+    /// Newest first from the top, for a reader with more sources than k:
+    /// one scan of the tenant's newest events first ([`TENANT_SCAN`]), the
+    /// per-source page (the tops are the feed's) only when it cannot tell.
     First,
     /// The same page for a reader with no more sources (teams and the
     /// alerts) than the page's k = limit + 1: each source is scanned once,
@@ -507,9 +511,13 @@ pub enum PageKind {
 ///    A reader of T teams costs T probes plus at most k × k index entries,
 ///    not T × k.
 /// 3. `page`: payloads for the k positions alone, by primary key.
+///
+/// A first page ([`PageKind::First`]) runs 1 and 2 only when the scan of the
+/// tenant's newest entries cannot tell ([`TENANT_SCAN`]); its head is the
+/// first of its positions.
 fn page_ctes(kind: PageKind) -> String {
     if kind == PageKind::FirstFew {
-        return format!("{FIRST_FEW_PAGE}\n{PAGE_ROWS}");
+        return format!("{FIRST_FEW_PAGE}{PAGE_HEAD}\n{PAGE_ROWS}");
     }
     let (dir, cmp, absent) = match kind {
         PageKind::First | PageKind::FirstFew | PageKind::Before => ("DESC", ">=", "0::bigint"),
@@ -540,6 +548,18 @@ page_tops AS MATERIALIZED (
 )"
         ),
     };
+    // The first page scans the tenant's newest entries first and probes the
+    // sources only when that scan cannot tell (TENANT_SCAN).
+    let (scan, scanned, probed, head) = if kind == PageKind::First {
+        (
+            TENANT_SCAN.to_string(),
+            "(SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))\n        UNION ALL\n        ",
+            "\n           AND NOT (SELECT holds FROM scan_holds)",
+            format!("{PAGE_HEAD}\n"),
+        )
+    } else {
+        (String::new(), "", "", String::new())
+    };
     format!(
         "
 bounds AS MATERIALIZED (
@@ -560,9 +580,9 @@ threshold AS MATERIALIZED (
         SELECT tx, id FROM page_tops ORDER BY tx {dir}, id {dir} OFFSET $11 - 1 LIMIT 1
     ) k ON true
 ),
-page_positions AS MATERIALIZED (
+{scan}page_positions AS MATERIALIZED (
     SELECT * FROM (
-        (SELECT e.* FROM page_tops top
+        {scanned}(SELECT e.* FROM page_tops top
          JOIN page_teams pt ON pt.team_id = top.team_id
          CROSS JOIN bounds b CROSS JOIN threshold th
          CROSS JOIN LATERAL (
@@ -573,7 +593,7 @@ page_positions AS MATERIALIZED (
             ORDER BY e.tx {dir}, e.id {dir}
             LIMIT $11
          ) e
-         WHERE (top.tx, top.id) {cmp} (th.tx, th.id))
+         WHERE (top.tx, top.id) {cmp} (th.tx, th.id){probed})
         UNION ALL
         -- LATERAL, so the bounds are index conditions rather than filters.
         (SELECT i.* FROM bounds b CROSS JOIN LATERAL (
@@ -588,7 +608,7 @@ page_positions AS MATERIALIZED (
     ORDER BY tx {dir}, id {dir}
     LIMIT $11
 ),
-{PAGE_ROWS}"
+{head}{PAGE_ROWS}"
     )
 }
 
@@ -642,9 +662,53 @@ page_positions AS MATERIALIZED (
     ORDER BY tx DESC, id DESC
     LIMIT $11
 ),
-page_head AS (
+";
+
+/// The head of a first page that holds the feed's k newest positions: the
+/// first of them.
+const PAGE_HEAD: &str = "page_head AS (
     SELECT tx, id FROM page_positions ORDER BY tx DESC, id DESC LIMIT 1
 ),";
+
+/// The first page of a reader with more sources than k ([`PageKind::First`]),
+/// before any source is probed: one index-only scan of the tenant's newest
+/// entries (`events (tenant_id, tx, id) INCLUDE (team_id)`, migration 0021),
+/// keeping those of the reader's teams (a hash of the team ids, built once
+/// per statement), up to k of them, and at most 4 entries per team of the
+/// reader in all. The join positions filter those k outside the LIMIT (as in
+/// [`FIRST_FEW_PAGE`]: exact, since a team's positions after the join are its
+/// newest). What is kept is a prefix of the reader's feed of events, newest
+/// first: every entry above the last one read was looked at. So when all k
+/// are kept (`scan_holds`), they are the feed's k newest events, the page
+/// merges them with the alerts' k newest, and no source is probed: a reader
+/// of 1,000 teams pays one descent and about k entries, not 1,000 probes.
+///
+/// Otherwise — the reader's teams wrote fewer than k of the tenant's last
+/// 4 × teams entries, the tenant has fewer entries than that, or one of the
+/// k was written before the reader joined its team — the scan cannot tell,
+/// and the page is the per-source one of [`page_ctes`] (tops probed, the
+/// k-th prunes), gated on `scan_holds` so that its probes run only then:
+/// at most 4 entries per team more than before this scan. Both branches
+/// read one snapshot.
+const TENANT_SCAN: &str = "scan_page AS MATERIALIZED (
+    SELECT s.tx, s.id, s.team_id FROM (
+        SELECT e.tx, e.id, e.team_id, e.team_id IN (SELECT t.team_id FROM teams t) AS mine
+        FROM events e
+        WHERE e.tenant_id = $1 AND e.tx < (SELECT tx FROM horizon)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 4 * cardinality($3::text[])
+    ) s
+    WHERE s.mine
+    LIMIT $11
+),
+scanned AS MATERIALIZED (
+    SELECT s.tx, s.id FROM scan_page s JOIN teams t ON t.team_id = s.team_id
+    WHERE (s.tx, s.id) > (t.joined_tx, t.joined_id)
+),
+scan_holds AS MATERIALIZED (
+    SELECT count(*) >= $11 AS holds FROM scanned
+),
+";
 
 /// Which statement a first page runs: [`PageKind::FirstFew`] when the
 /// reader's sources (`teams` and the alerts) are no more than the page's
@@ -705,7 +769,7 @@ CROSS JOIN badges c
 LEFT JOIN {head} h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {dir}, p.id {dir}",
-        head = if kind == PageKind::FirstFew {
+        head = if matches!(kind, PageKind::First | PageKind::FirstFew) {
             "page_head"
         } else {
             "head"
@@ -900,13 +964,44 @@ pub async fn read_feed(
     horizon: i64,
     base: Option<&CountsBase>,
 ) -> Result<FeedPage, sqlx::Error> {
-    let sql = match from {
-        PageFrom::Before(None) => feed_page_sql(first_page_kind(teams.len(), limit)),
-        PageFrom::Before(Some(_)) => feed_page_sql(PageKind::Before),
-        PageFrom::After(_) => feed_page_sql(PageKind::After),
+    let kind = match from {
+        PageFrom::Before(None) => first_page_kind(teams.len(), limit),
+        PageFrom::Before(Some(_)) => PageKind::Before,
+        PageFrom::After(_) => PageKind::After,
     };
+    read_feed_as(
+        db, kind, tenant_id, user_id, teams, from, limit, horizon, base,
+    )
+    .await
+}
+
+/// [`read_feed`] with the statement chosen by the caller, so tests can
+/// compare the ways of computing one page on the same data. A first page
+/// (`PageFrom::Before(None)`) is the same page from [`PageKind::First`],
+/// [`PageKind::FirstFew`] (each source scanned) and [`PageKind::Before`]
+/// (each source probed, no cursor); `read_feed` picks the cheapest.
+#[allow(clippy::too_many_arguments)]
+pub async fn read_feed_as(
+    db: impl PgExecutor<'_>,
+    kind: PageKind,
+    tenant_id: Uuid,
+    user_id: &str,
+    teams: &[Membership],
+    from: PageFrom,
+    limit: u32,
+    horizon: i64,
+    base: Option<&CountsBase>,
+) -> Result<FeedPage, sqlx::Error> {
     let rows = fetch_page(
-        db, sql, tenant_id, user_id, teams, from, limit, horizon, base,
+        db,
+        feed_page_sql(kind),
+        tenant_id,
+        user_id,
+        teams,
+        from,
+        limit,
+        horizon,
+        base,
     )
     .await?;
     page_of(rows, from, limit)

@@ -1,0 +1,12 @@
+-- A first page of a reader in many teams scans the tenant's newest events
+-- once instead of probing every team (issue 12; ARCHITECTURE.md, "The feed
+-- statement"): newest first within the tenant, the team id carried in the
+-- index so the scan keeps the reader's teams without reading rows.
+--
+-- Cost: one more index entry per event (about 60 bytes; appended at the
+-- right edge of each tenant's range, as `events_position` is for all of
+-- them). On a large table the build takes a SHARE lock (event writes wait
+-- for it); IF NOT EXISTS lets an operator build it beforehand with CREATE
+-- INDEX CONCURRENTLY under this name, and this migration then does nothing.
+-- Instances before this migration do not read it (expand-only).
+CREATE INDEX IF NOT EXISTS events_tenant_position ON events (tenant_id, tx, id) INCLUDE (team_id);
