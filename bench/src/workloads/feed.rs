@@ -20,9 +20,12 @@
 //! feed_counts_v1.sql) and before a reader whose sources fit the page had
 //! each source scanned once (feed_page_v2.sql), so every run carries its own
 //! before/after of the SQL; and before a first page handed a counts base
-//! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql), and
+//! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql),
 //! before the counts handed a base counted from the entries since it
-//! (feed_counts_v2.sql). The 20-team reader's first page runs feed_page.sql
+//! (feed_counts_v2.sql), and before the wide reader's first page scanned the
+//! tenant's newest events instead of probing every team
+//! (feed_page_many_v2.sql; ratio "wide reader's first page SQL ÷ before the
+//! tenant scan"). The 20-team reader's first page runs feed_page.sql
 //! (sources fit the page), the wide reader's feed_page_many.sql, the counts
 //! feed_counts.sql; all with the counts carried over, as every request here
 //! but the first. feed_page_walk.sql and feed_counts_walk.sql are the
@@ -364,6 +367,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             against: WIDE,
         },
         Reference {
+            name: "wide reader's first page SQL before the tenant scan (every team probed)",
+            script: "feed_page_many_v2",
+            vars: wide.vars(None, Some(20), Carry::Over),
+            against: WIDE,
+        },
+        Reference {
             name: "counts SQL, counts not carried over",
             script: "feed_counts_walk",
             vars: reader.vars(None, None, Carry::Nothing),
@@ -414,6 +423,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     ];
     const LOWER_BOUND: usize = 0;
     const FIRST_NOT_CARRIED: usize = 1;
+    let wide_before_scan = references
+        .iter()
+        .position(|r| r.script == "feed_page_many_v2")
+        .expect("the wide reader's before arm");
     let healthz = HttpRequest::get(ctx.server.url("/healthz"));
 
     let mut service: Vec<Vec<Measure>> = vec![vec![]; variants.len()];
@@ -502,6 +515,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         None,
         &rps(&referenced[FIRST_NOT_CARRIED]),
         &rps(&referenced[LOWER_BOUND]),
+    ));
+    w.ratios.push(Ratio::new(
+        "wide reader's first page SQL ÷ before the tenant scan",
+        "pgbench of the wide reader's first page SQL (feed_page_many.sql)",
+        "pgbench of the same page before the tenant scan (feed_page_many_v2.sql)",
+        None,
+        &rps(&baseline[WIDE]),
+        &rps(&referenced[wide_before_scan]),
     ));
     w.ratios.push(Ratio::new(
         "counts service overhead",
