@@ -1,13 +1,10 @@
--- An experiment (issue 15), not run by the server: the completion that moves
--- a `sent` delivery out of the hot table, as pgmq's archive does (a DELETE
--- there, an INSERT into `deliveries_sent`), instead of updating it in place.
--- The DELETE writes no index entry and leaves nothing on the row's page to
--- find room for; the claim stays HOT. Other outcomes update in place, as
--- today. Parameters as outbox_complete.sql's: $1 tenants, $2 ids,
--- $3 attempts, $4 outcomes, $5 delays (ms), $6 errors; the same guard.
--- drain-peer's arm "Tidings, sent rows moved out (experiment)" runs it with
--- today's claim on a copy of the migrated table plus `deliveries_sent`
--- (drain_peer::MOVED_SCHEMA).
+-- The experiment (issue 15) that became the server's completion (migration
+-- 0022; outbox_complete.sql, equal to it but for this header): a `sent`
+-- delivery moves out of the hot table, as pgmq's archive does (a DELETE
+-- there, an INSERT into `deliveries_sent`), instead of updating in place.
+-- Other outcomes update in place. Parameters as outbox_complete.sql's.
+-- drain-peer ran it as the arm "Tidings, sent rows moved out (experiment)"
+-- until it landed; kept so that those runs' figures name their statement.
 -- reference: an experiment measured in the lab and by drain-peer (bench/README.md, "the completion as a move")
 WITH r AS MATERIALIZED (
             SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])

@@ -1,6 +1,7 @@
 //! The retention purge: a background worker (spawned by `workers::spawn_all`)
 //! that deletes, every `TIDINGS_RETENTION_INTERVAL_SECS`, what is past its
-//! retention — final deliveries with their notifications and alerts, feed items
+//! retention — final deliveries (in `deliveries` and `deliveries_sent`) with
+//! their notifications and alerts, feed items
 //! of tenants that keep their feed for a limited time, the NATS inbox's message
 //! ids, and one-by-one reads under the read watermark. (Idempotency keys have
 //! their own purge, `idempotency::run_purge`, with the same batching.)
@@ -22,7 +23,7 @@ use crate::{
     instruments,
     shutdown::Shutdown,
     state::AppState,
-    store::retention::{self as store, FeedTable},
+    store::retention::{self as store, DeliveryTable, FeedTable},
 };
 
 pub async fn run(state: AppState, mut shutdown: Shutdown) {
@@ -51,15 +52,35 @@ pub async fn purge_once(
     let batch = config.retention_batch;
     let mut purge = Purge { config, shutdown };
     for tenant in store::list_tenant_ids(pool).await? {
-        for (status, keep) in [
-            (DeliveryStatus::Sent, config.retention_delivered_secs),
-            (DeliveryStatus::Skipped, config.retention_delivered_secs),
-            (DeliveryStatus::Dead, config.retention_dead_secs),
+        // Sent deliveries are in two tables: moved by the outbox's
+        // completion, or written `sent` (in-app) where they stay.
+        for (table, status, keep) in [
+            (
+                DeliveryTable::Sent,
+                DeliveryStatus::Sent,
+                config.retention_delivered_secs,
+            ),
+            (
+                DeliveryTable::Deliveries,
+                DeliveryStatus::Sent,
+                config.retention_delivered_secs,
+            ),
+            (
+                DeliveryTable::Deliveries,
+                DeliveryStatus::Skipped,
+                config.retention_delivered_secs,
+            ),
+            (
+                DeliveryTable::Deliveries,
+                DeliveryStatus::Dead,
+                config.retention_dead_secs,
+            ),
         ] {
             let done = purge
-                .batches("deliveries", || async move {
+                .batches(table.name(), || async move {
                     let gone =
-                        store::purge_deliveries(pool, tenant, status, keep as f64, batch).await?;
+                        store::purge_deliveries(pool, table, tenant, status, keep as f64, batch)
+                            .await?;
                     instruments::retention_rows("notifications", gone.notifications as u64);
                     instruments::retention_rows("alerts", gone.alerts as u64);
                     Ok(gone.deliveries as u64)

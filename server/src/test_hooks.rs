@@ -14,6 +14,9 @@ pub const LISTEN_REFUSED: &str = "TIDINGS_TEST_LISTEN_REFUSED";
 
 /// `TIDINGS_TEST_WITHOUT_LAST_MIGRATION=1`: the binary knows every migration
 /// but the newest, like the version before it, for the rolling upgrade test.
+/// Its outbox workers also record `sent` in place, as the version before
+/// migration 0022 did (`outbox::complete`): this version's completion needs
+/// that migration's table.
 pub const WITHOUT_LAST_MIGRATION: &str = "TIDINGS_TEST_WITHOUT_LAST_MIGRATION";
 
 /// Whether the hook named `env` is armed in this process.

@@ -21,13 +21,27 @@ use tidings_server::store::deliveries::STATUS_SQL;
 
 use crate::{admin_url, TestTenant};
 
+/// Every delivery wherever it is stored: `deliveries`, and `deliveries_sent`
+/// (the sent ones the outbox's completion moved out, migration 0022), as one
+/// relation named `deliveries` with the same columns.
+const ALL_DELIVERIES: &str = "(SELECT tenant_id, id, notification_key, alert_id, recipient_id, \
+     channel, endpoint_id, status, attempts, next_attempt_at, claimed_until, last_error, sent_at, \
+     created_at FROM deliveries
+   UNION ALL
+   SELECT tenant_id, id, notification_key, alert_id, recipient_id, channel, endpoint_id, status, \
+     attempts, next_attempt_at, claimed_until, last_error, sent_at, created_at \
+     FROM deliveries_sent) AS deliveries";
+
 /// Rows to count.
 #[derive(Debug, Clone, Copy)]
 pub enum Rows {
     Tenants,
     Alerts,
     Notifications,
+    /// Every delivery, in `deliveries` or moved to `deliveries_sent`.
     Deliveries,
+    /// The sent deliveries the outbox's completion moved to `deliveries_sent`.
+    MovedSentDeliveries,
     /// Webhook deliveries written with no endpoint (skipped at write time).
     WebhookDeliveriesWithoutEndpoint,
     InboxItems,
@@ -47,7 +61,8 @@ impl Rows {
             Rows::Tenants => ("tenants", "true"),
             Rows::Alerts => ("alerts", "true"),
             Rows::Notifications => ("notifications", "true"),
-            Rows::Deliveries => ("deliveries", "true"),
+            Rows::Deliveries => (ALL_DELIVERIES, "true"),
+            Rows::MovedSentDeliveries => ("deliveries_sent", "true"),
             Rows::WebhookDeliveriesWithoutEndpoint => {
                 ("deliveries", "channel = 'webhook' AND endpoint_id IS NULL")
             }
@@ -92,16 +107,16 @@ pub async fn count_for(pool: &PgPool, rows: Rows, tenant: &TestTenant) -> i64 {
 /// recipient, channel and key, notifications whose (event type, entity)
 /// differs from their alert's, which the retention purge relies on).
 pub async fn alert_rows_astray(pool: &PgPool, tenant: &TestTenant) -> (i64, i64, i64, i64) {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT
            (SELECT count(*) FROM (SELECT 1 FROM notifications WHERE tenant_id = $1
                                    GROUP BY event_type, entity_id, recipient_id, channel
                                   HAVING count(*) > 1) k),
-           (SELECT count(*) FROM deliveries d WHERE d.tenant_id = $1 AND NOT EXISTS (
+           (SELECT count(*) FROM {ALL_DELIVERIES} WHERE deliveries.tenant_id = $1 AND NOT EXISTS (
                 SELECT 1 FROM notifications n
-                 WHERE n.tenant_id = d.tenant_id AND n.alert_id = d.alert_id
-                   AND n.recipient_id = d.recipient_id AND n.channel = d.channel
-                   AND n.key = d.notification_key)),
+                 WHERE n.tenant_id = deliveries.tenant_id AND n.alert_id = deliveries.alert_id
+                   AND n.recipient_id = deliveries.recipient_id AND n.channel = deliveries.channel
+                   AND n.key = deliveries.notification_key)),
            (SELECT count(*) FROM inbox_items i WHERE i.tenant_id = $1 AND NOT EXISTS (
                 SELECT 1 FROM notifications n
                  WHERE n.tenant_id = i.tenant_id AND n.alert_id = i.alert_id
@@ -111,7 +126,7 @@ pub async fn alert_rows_astray(pool: &PgPool, tenant: &TestTenant) -> (i64, i64,
                 ON a.tenant_id = n.tenant_id AND a.id = n.alert_id
              WHERE n.tenant_id = $1
                AND (a.event_type <> n.event_type OR a.entity_id <> n.entity_id))",
-    )
+    ))
     .bind(tenant.uuid())
     .fetch_one(pool)
     .await
@@ -148,7 +163,7 @@ pub async fn deliveries_by_channel_and_status(
     tenant: &TestTenant,
 ) -> Vec<(String, String, i64)> {
     sqlx::query_as(&format!(
-        "SELECT channel, {STATUS_SQL}, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT channel, {STATUS_SQL}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
     ))
     .bind(tenant.uuid())
     .fetch_all(pool)
@@ -158,9 +173,9 @@ pub async fn deliveries_by_channel_and_status(
 
 /// Look: `tenant`'s deliveries addressed to one webhook endpoint.
 pub async fn deliveries_to_endpoint(pool: &PgPool, tenant: &TestTenant, endpoint_id: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND endpoint_id = $2::uuid",
-    )
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 AND endpoint_id = $2::uuid",
+    ))
     .bind(tenant.uuid())
     .bind(endpoint_id)
     .fetch_one(pool)
@@ -276,18 +291,20 @@ pub async fn inbox_item_position(pool: &PgPool, tenant: &TestTenant, key: &str) 
 
 /// Look: ids of the deliveries on `channel`, in id order.
 pub async fn delivery_ids(pool: &PgPool, channel: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT id FROM deliveries WHERE channel = $1 ORDER BY id")
-        .bind(channel)
-        .fetch_all(pool)
-        .await
-        .expect("delivery ids")
+    sqlx::query_scalar(&format!(
+        "SELECT id FROM {ALL_DELIVERIES} WHERE channel = $1 ORDER BY id"
+    ))
+    .bind(channel)
+    .fetch_all(pool)
+    .await
+    .expect("delivery ids")
 }
 
 /// Look: a tenant's deliveries by status (polled while workers run; the API
 /// would page through thousands of rows per poll).
 pub async fn status_counts(pool: &PgPool, tenant: &TestTenant) -> HashMap<String, i64> {
     sqlx::query_as::<_, (String, i64)>(&format!(
-        "SELECT {STATUS_SQL}, count(*) FROM deliveries WHERE tenant_id = $1 GROUP BY 1",
+        "SELECT {STATUS_SQL}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1",
     ))
     .bind(tenant.uuid())
     .fetch_all(pool)
@@ -319,7 +336,7 @@ pub async fn delivery(pool: &PgPool, tenant: &TestTenant, key: &str) -> Delivery
     sqlx::query_as(&format!(
         "SELECT notification_key, {STATUS_SQL} AS status, attempts, last_error,
                 sent_at IS NOT NULL AS sent_at_set
-         FROM deliveries WHERE tenant_id = $1 AND notification_key = $2",
+         FROM {ALL_DELIVERIES} WHERE tenant_id = $1 AND notification_key = $2",
     ))
     .bind(tenant.uuid())
     .bind(key)

@@ -19,7 +19,7 @@ use tidings_server::store::outbox::{
 };
 use tidings_tests::{
     create_endpoint, eventually, post_to_recipients, recipients,
-    sql::{self, end_previous_secret_grace},
+    sql::{self, end_previous_secret_grace, Rows},
     user_with_email, webhook_alert, webhook_fixture, without_workers, worker_env, AppOptions,
     Receiver, TestApp, TidingsProcess, WebhookFixture,
 };
@@ -597,6 +597,127 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
         1
     );
     assert_eq!(f.delivery(&key).await.outcome(), ("sent", 2, true));
+}
+
+/// The completion moves a `sent` delivery out of `deliveries` (migration
+/// 0022) under the same guard: a worker whose lease expired and whose row
+/// another worker claimed sends its late `sent` in vain. Nothing moves; the
+/// new holder's `sent` moves the row once, and a repeat of it moves nothing.
+#[tokio::test]
+async fn a_late_sent_from_an_expired_lease_moves_nothing_and_the_delivery_is_sent_once() {
+    let f = webhook_fixture().await;
+    f.endpoint_at("http://a.example/hook", None).await;
+    let key = f.send_one("invoice.overdue", "u-0").await;
+
+    // As in the test above: long enough for the next statement, short enough
+    // to wait out.
+    const LEASE_MS: u64 = 1_500;
+    let first = claim_deliveries(&f.pool, 10, LEASE_MS, &[Channel::Webhook])
+        .await
+        .expect("claim")
+        .remove(0);
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    let second = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
+        .await
+        .expect("claim")
+        .remove(0);
+    assert_eq!((second.id, second.attempts), (first.id, 2));
+
+    let sent = |claimed: &tidings_server::store::outbox::ClaimedDelivery| CompletedDelivery {
+        tenant_id: claimed.tenant_id,
+        id: claimed.id,
+        attempts: claimed.attempts,
+        completion: Completion::Sent,
+    };
+    assert_eq!(
+        complete_deliveries(&f.pool, &[sent(&first)])
+            .await
+            .expect("complete"),
+        0,
+        "the late sent writes nothing"
+    );
+    assert_eq!(sql::count(&f.pool, Rows::MovedSentDeliveries).await, 0);
+    assert_eq!(f.delivery(&key).await.outcome(), ("sending", 2, false));
+
+    assert_eq!(
+        complete_deliveries(&f.pool, &[sent(&second)])
+            .await
+            .expect("complete"),
+        1
+    );
+    assert_eq!(
+        complete_deliveries(&f.pool, &[sent(&second)])
+            .await
+            .expect("complete"),
+        0,
+        "a repeated sent moves nothing"
+    );
+    assert_eq!(sql::count(&f.pool, Rows::MovedSentDeliveries).await, 1);
+    assert_eq!(
+        sql::count(&f.pool, Rows::Deliveries).await,
+        1,
+        "one row in all: moved, not copied"
+    );
+    assert_eq!(f.delivery(&key).await.outcome(), ("sent", 2, true));
+}
+
+/// Retention looks for a notification's remaining deliveries in both
+/// tables: one webhook notification of two endpoints, one delivery sent
+/// (moved to `deliveries_sent`), one skipped (in `deliveries`). Purging the
+/// skipped one keeps the notification, since the moved one remains; purging
+/// the moved one then takes the notification.
+#[tokio::test]
+async fn retention_keeps_a_notification_while_a_delivery_of_it_remains_in_either_table() {
+    use tidings_server::{
+        deliveries::DeliveryStatus,
+        store::retention::{purge_deliveries, DeliveryTable},
+    };
+    let f = webhook_fixture().await;
+    f.endpoint_at("http://a.example/hook", None).await;
+    f.endpoint_at("http://b.example/hook", None).await;
+    f.send_one("invoice.overdue", "u-0").await;
+    let claimed = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2, "one delivery per endpoint");
+    let done: Vec<CompletedDelivery> = claimed
+        .iter()
+        .zip([
+            Completion::Sent,
+            Completion::Skipped {
+                reason: "endpoint deleted".into(),
+            },
+        ])
+        .map(|(d, completion)| CompletedDelivery {
+            tenant_id: d.tenant_id,
+            id: d.id,
+            attempts: d.attempts,
+            completion,
+        })
+        .collect();
+    assert_eq!(
+        complete_deliveries(&f.pool, &done).await.expect("complete"),
+        2
+    );
+    assert_eq!(sql::count(&f.pool, Rows::MovedSentDeliveries).await, 1);
+
+    let tenant = f.tenant.uuid();
+    let purge = |table, status| purge_deliveries(&f.pool, table, tenant, status, 0.0, 100);
+    let gone = purge(DeliveryTable::Deliveries, DeliveryStatus::Skipped)
+        .await
+        .expect("purge skipped");
+    assert_eq!(
+        (gone.deliveries, gone.notifications),
+        (1, 0),
+        "the moved delivery keeps its notification"
+    );
+    assert_eq!(sql::count(&f.pool, Rows::Notifications).await, 1);
+    let gone = purge(DeliveryTable::Sent, DeliveryStatus::Sent)
+        .await
+        .expect("purge sent");
+    assert_eq!((gone.deliveries, gone.notifications), (1, 1));
+    assert_eq!(sql::count(&f.pool, Rows::Deliveries).await, 0);
+    assert_eq!(sql::count(&f.pool, Rows::Notifications).await, 0);
 }
 
 /// A delivery whose worker dies every time still ends: once its claims exceed

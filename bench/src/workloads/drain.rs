@@ -131,10 +131,7 @@ pub struct OutboxStatements {
 
 impl OutboxStatements {
     pub fn load(repo: &std::path::Path) -> anyhow::Result<OutboxStatements> {
-        Ok(OutboxStatements {
-            claim_binds_batch: false,
-            ..Self::load_files(repo, "outbox_claim.sql", "outbox_complete.sql")?
-        })
+        Self::with_completion(repo, "outbox_complete.sql", true)
     }
 
     /// Another pair of files: the statements of an earlier version
@@ -163,15 +160,18 @@ impl OutboxStatements {
         })
     }
 
-    /// Today's claim with another completion, one that answers the count of
-    /// rows it wrote (`outbox_complete_moved.sql`, drain-peer's experiment).
-    pub fn load_with_counting_completion(
+    /// Today's claim with a completion of file `complete`; `counts`: it
+    /// answers the count of rows it wrote (today's, which moves sent rows to
+    /// `deliveries_sent`), else its command tag does (`outbox_complete_v2.sql`,
+    /// the in-place completion before it, drain-peer's same-run before).
+    pub fn with_completion(
         repo: &std::path::Path,
         complete: &str,
+        counts: bool,
     ) -> anyhow::Result<OutboxStatements> {
         Ok(OutboxStatements {
             claim_binds_batch: false,
-            complete_counts: true,
+            complete_counts: counts,
             ..Self::load_files(repo, "outbox_claim.sql", complete)?
         })
     }
@@ -586,9 +586,14 @@ async fn soak(ctx: &Ctx, endpoint: Uuid, rate: f64) -> anyhow::Result<Soak> {
     for worker in workers {
         worker.stop().await;
     }
+    // Sent rows are moved to deliveries_sent (migration 0022); an earlier
+    // build (BENCH_BEFORE_BIN) leaves them in deliveries.
     let lags: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM sent_at - created_at)::float8 * 1000
-         FROM deliveries WHERE tenant_id = $1 AND created_at >= $2 AND status = 'sent'",
+         FROM deliveries WHERE tenant_id = $1 AND created_at >= $2 AND status = 'sent'
+         UNION ALL
+         SELECT EXTRACT(EPOCH FROM sent_at - created_at)::float8 * 1000
+         FROM deliveries_sent WHERE tenant_id = $1 AND created_at >= $2",
     )
     .bind(tenant_uuid(TENANT))
     .bind(started_at)

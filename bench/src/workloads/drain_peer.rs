@@ -9,25 +9,25 @@
 //! - **Tidings claim + complete**: the worker's own statements
 //!   (bench/sql/outbox_claim.sql and outbox_complete.sql, kept equal to
 //!   server/src/store/outbox.rs by a test), lease, attempt guard and per-tenant
-//!   fairness included, rows decoded into the server's `ClaimedDelivery`;
-//! - **Tidings, sent rows moved out (experiment)**: today's claim with a
-//!   completion that moves a `sent` delivery out of the hot table, as pgmq's
-//!   archive does (bench/sql/outbox_complete_moved.sql: a DELETE from
-//!   `deliveries` and an INSERT into `deliveries_sent`, `MOVED_SCHEMA`), on
-//!   a copy of the migrated table: not what the server runs, measured to
-//!   decide whether it should. Runs up to run be87dcc540 had **Tidings,
-//!   claim planned per call** here instead (the claim of commit 85dc95a,
-//!   bench/sql/outbox_claim_v2.sql, with today's completion), and the run of
-//!   commit 3956017 **Tidings, pages filled to half**; their plots and
-//!   tables still draw them.
+//!   fairness included, rows decoded into the server's `ClaimedDelivery`; the
+//!   completion moves a `sent` delivery to `deliveries_sent` (migration 0022);
+//! - **Tidings, sent rows updated in place (before the move)**: today's claim
+//!   with the completion before migration 0022 (bench/sql/outbox_complete_v2.sql),
+//!   on a copy of the migrated `deliveries` alone: the same-run "before" of
+//!   the move. Until the move landed this place held **Tidings, sent rows
+//!   moved out (experiment)** (the move, then not what the server ran), runs
+//!   up to be87dcc540 **Tidings, claim planned per call** (the claim of
+//!   commit 85dc95a, bench/sql/outbox_claim_v2.sql, with the completion of
+//!   then), and the run of commit 3956017 **Tidings, pages filled to half**;
+//!   their plots and tables still draw them.
 //! - **Tidings before issue 15**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
 //!   `deliveries` with the indexes and storage settings of then
 //!   (`BEFORE_SCHEMA`).
 //!
-//! The Tidings tables of a run live in their own schema (`peer_tidings`,
-//! `peer_moved` (with `deliveries_sent`), `peer_v2`:
+//! The Tidings tables of a run live in their own schema (`peer_tidings`
+//! (with `deliveries_sent`), `peer_in_place`:
 //! `deliveries` and `alerts` copied from `public` with their indexes,
 //! constraints and storage settings; `peer_before`: the table as migrations
 //! 0005–0013 left it) and the drain's connections put it first on their
@@ -87,16 +87,6 @@ pub const BEFORE_SCHEMA: &[&str] = &[
     "ALTER TABLE {s}.deliveries SET (autovacuum_vacuum_scale_factor = 0.01,
          autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
          autovacuum_analyze_scale_factor = 0.02)",
-];
-/// The experiment's table of sent deliveries (`System::MovedOut`): the
-/// columns of `deliveries`, its primary key and the alert's listing index
-/// (what the readers of a sent delivery need), no fillfactor (rows are only
-/// appended). `{s}` is the schema.
-pub const MOVED_SCHEMA: &[&str] = &[
-    "CREATE TABLE {s}.deliveries_sent (LIKE public.deliveries
-         INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
-    "ALTER TABLE {s}.deliveries_sent ADD PRIMARY KEY (tenant_id, id)",
-    "CREATE INDEX ON {s}.deliveries_sent (tenant_id, alert_id, recipient_id, channel)",
 ];
 /// `{schema}.deliveries` as migrated: columns, indexes and the migrations'
 /// storage settings (0008's autovacuum trigger, 0015's fillfactor), which
@@ -187,15 +177,20 @@ pub enum System {
     HalfFull,
     Before,
     /// Today's claim with a completion that moves `sent` rows out of the hot
-    /// table (bench/sql/outbox_complete_moved.sql), an experiment.
+    /// table (bench/sql/outbox_complete_moved.sql), the experiment before it
+    /// landed as today's (no longer run; kept so that its plots can be redrawn).
     MovedOut,
+    /// Today's claim with the completion before the move (sent rows updated
+    /// in place, bench/sql/outbox_complete_v2.sql): the move's same-run before.
+    InPlace,
 }
 
 impl System {
     /// Ours first, then the peer baselines (legend and bar order).
-    pub const ALL: [System; 8] = [
+    pub const ALL: [System; 9] = [
         System::Tidings,
         System::MovedOut,
+        System::InPlace,
         System::HalfFull,
         System::PlannedPerCall,
         System::Previous,
@@ -206,7 +201,7 @@ impl System {
     /// The systems a run measures.
     pub const RUN: [System; 5] = [
         System::Tidings,
-        System::MovedOut,
+        System::InPlace,
         System::Before,
         System::PgmqArchive,
         System::PgmqDelete,
@@ -222,6 +217,7 @@ impl System {
             System::HalfFull => "tidings_fillfactor_50",
             System::Before => "tidings_before",
             System::MovedOut => "tidings_sent_moved",
+            System::InPlace => "tidings_in_place",
         }
     }
 
@@ -235,6 +231,7 @@ impl System {
             System::HalfFull => "Tidings, pages filled to half",
             System::Before => "Tidings before issue 15",
             System::MovedOut => "Tidings, sent rows moved out (experiment)",
+            System::InPlace => "Tidings, sent rows updated in place (before the move)",
         }
     }
 
@@ -247,6 +244,7 @@ impl System {
             System::HalfFull => "peer_half_full",
             System::Before => "peer_before",
             System::MovedOut => "peer_moved",
+            System::InPlace => "peer_in_place",
         }
     }
 
@@ -259,30 +257,36 @@ impl System {
             | System::PlannedPerCall
             | System::HalfFull
             | System::Before
-            | System::MovedOut => {
+            | System::MovedOut
+            | System::InPlace => {
                 format!("{}.deliveries", self.schema())
             }
         }
     }
 
     /// Every table holding this system's messages (pgmq's archive; Tidings'
-    /// alerts, where the payload lives; the experiment's `deliveries_sent`).
+    /// alerts, where the payload lives; `deliveries_sent` where sent rows move).
     fn tables(self) -> Vec<String> {
         match self {
             System::PgmqArchive | System::PgmqDelete => {
                 vec![self.hot_table(), format!("pgmq.a_{QUEUE}")]
             }
-            System::MovedOut => vec![
+            System::Tidings | System::MovedOut => vec![
                 self.hot_table(),
                 format!("{}.deliveries_sent", self.schema()),
                 format!("{}.alerts", self.schema()),
             ],
-            System::Tidings
-            | System::Previous
+            System::Previous
             | System::PlannedPerCall
             | System::HalfFull
-            | System::Before => vec![self.hot_table(), format!("{}.alerts", self.schema())],
+            | System::Before
+            | System::InPlace => vec![self.hot_table(), format!("{}.alerts", self.schema())],
         }
+    }
+
+    /// Whether its completion moves sent rows to `deliveries_sent`.
+    fn moves_sent(self) -> bool {
+        matches!(self, System::Tidings | System::MovedOut)
     }
 }
 
@@ -345,7 +349,8 @@ async fn prepare(
         | System::PlannedPerCall
         | System::HalfFull
         | System::Before
-        | System::MovedOut => {
+        | System::MovedOut
+        | System::InPlace => {
             let s = system.schema();
             let mut tx = pool.begin().await?;
             for stmt in [
@@ -364,12 +369,13 @@ async fn prepare(
             } else {
                 create_deliveries_before_0015(&mut tx, s).await?;
             }
-            if system == System::MovedOut {
-                for stmt in MOVED_SCHEMA {
-                    sqlx::query(&stmt.replace("{s}", s))
-                        .execute(&mut *tx)
-                        .await?;
-                }
+            if system.moves_sent() {
+                // As migrated: columns, keys, indexes (migration 0022).
+                sqlx::query(&format!(
+                    "CREATE TABLE {s}.deliveries_sent (LIKE public.deliveries_sent INCLUDING ALL)"
+                ))
+                .execute(&mut *tx)
+                .await?;
             }
             sqlx::query(&format!(
                 "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
@@ -556,7 +562,8 @@ async fn drain(
                 | System::PlannedPerCall
                 | System::HalfFull
                 | System::Before
-                | System::MovedOut => statements.drain(&mut conn).await,
+                | System::MovedOut
+                | System::InPlace => statements.drain(&mut conn).await,
             };
             let backend_cpu = backend0
                 .zip(backend_cpu_seconds(pid).ok())
@@ -662,9 +669,10 @@ async fn verify(pool: &PgPool, system: System, backlog: i64) -> anyhow::Result<(
         | System::PlannedPerCall
         | System::HalfFull
         | System::Before
-        | System::MovedOut => {
-            // The experiment's sent rows are in deliveries_sent.
-            let all_rows = if system == System::MovedOut {
+        | System::MovedOut
+        | System::InPlace => {
+            // Moved sent rows are in deliveries_sent.
+            let all_rows = if system.moves_sent() {
                 format!(
                     "(SELECT status, attempts FROM {} UNION ALL
                       SELECT status, attempts FROM {}.deliveries_sent) d",
@@ -896,14 +904,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "outbox_claim_v0.sql",
         "outbox_complete_v0.sql",
     )?);
+    // Not run any more (System::RUN); with the completion of its time.
     let statements_v2 = Arc::new(OutboxStatements::load_files(
         &ctx.repo,
         "outbox_claim_v2.sql",
-        "outbox_complete.sql",
+        "outbox_complete_v2.sql",
     )?);
-    let statements_moved = Arc::new(OutboxStatements::load_with_counting_completion(
+    let statements_in_place = Arc::new(OutboxStatements::with_completion(
         &ctx.repo,
-        "outbox_complete_moved.sql",
+        "outbox_complete_v2.sql",
+        false,
     )?);
     let pgmq_version = install_pgmq(&ctx.pool).await?;
     let endpoint = ctx.sink_endpoint(TENANT).await?;
@@ -939,7 +949,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 let run_statements = match system {
                     System::Before => &statements_before,
                     System::PlannedPerCall => &statements_v2,
-                    System::MovedOut => &statements_moved,
+                    System::InPlace => &statements_in_place,
                     _ => &statements,
                 };
                 let (seconds, cpu) = drain(ctx, system, workers, run_statements).await?;
@@ -976,7 +986,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     sqlx::query("DROP SCHEMA IF EXISTS peer_tidings CASCADE")
         .execute(&ctx.pool)
         .await?;
-    for schema in ["peer_before", "peer_v2", "peer_moved"] {
+    for schema in ["peer_before", "peer_v2", "peer_moved", "peer_in_place"] {
         sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .execute(&ctx.pool)
             .await?;
@@ -1041,6 +1051,11 @@ fn summarise(
             "the experiment's msgs/s: today's claim with a completion that moves sent rows to deliveries_sent (bench/sql/outbox_complete_moved.sql), same run",
         ),
         (
+            System::InPlace,
+            "outbox after ÷ sent rows updated in place",
+            "today's claim with the completion before the move (bench/sql/outbox_complete_v2.sql: sent rows updated in place), same run",
+        ),
+        (
             System::PlannedPerCall,
             "outbox ÷ claim planned per call",
             "the claim of 85dc95a (planned at every call) + the same completion, same run",
@@ -1073,10 +1088,15 @@ fn summarise(
             ));
         }
     }
-    let arms: Vec<System> = [System::MovedOut, System::PlannedPerCall, System::Before]
-        .into_iter()
-        .filter(|&s| present(s))
-        .collect();
+    let arms: Vec<System> = [
+        System::MovedOut,
+        System::InPlace,
+        System::PlannedPerCall,
+        System::Before,
+    ]
+    .into_iter()
+    .filter(|&s| present(s))
+    .collect();
     let mut header: Vec<String> = [
         "workers",
         "pgmq read + archive",
@@ -1211,8 +1231,9 @@ fn summarise(
         "pgmq {pgmq_version} installed as plain SQL from the `pgmq` crate; its client's \
          read_batch (visibility timeout 60 s) then archive_batch or delete_batch. Tidings: \
          the worker's statements (bench/sql/outbox_claim.sql, outbox_complete.sql) on fresh \
-         copies of the migrated `deliveries` and `alerts` (one alert per delivery, so each \
-         message carries its own payload), lease 60 s, attempt guard and the per-tenant \
+         copies of the migrated `deliveries`, `deliveries_sent` and `alerts` (one alert per \
+         delivery, so each message carries its own payload), lease 60 s, attempt guard and the \
+         per-tenant \
          fairness probe over the tenants with open work. All on sqlx, one connection per \
          loop."
     ));
@@ -1223,6 +1244,16 @@ fn summarise(
              (primary key and the alert's listing index, filled full), as pgmq's archive does; \
              other outcomes update in place (bench/sql/outbox_complete_moved.sql), on a copy of \
              the migrated table. Not what the server runs."
+                .into(),
+        );
+    }
+    if present(System::InPlace) {
+        w.notes.push(
+            "Tidings, sent rows updated in place (before the move): today's claim with the \
+             completion before migration 0022 (bench/sql/outbox_complete_v2.sql: every outcome, \
+             sent included, updates the row in place), on a copy of the migrated `deliveries` \
+             without `deliveries_sent`: the same-run before of today's completion, which moves a \
+             sent delivery to `deliveries_sent`."
                 .into(),
         );
     }
@@ -1264,6 +1295,7 @@ fn color(s: System) -> plots::RGBColor {
         System::PgmqDelete => plots::GREEN,
         System::Before => plots::PURPLE,
         System::MovedOut => plots::RED,
+        System::InPlace => plots::RED,
     }
 }
 
@@ -1277,6 +1309,7 @@ fn short_label(s: System) -> &'static str {
         System::HalfFull => "half-full pages",
         System::Before => "before",
         System::MovedOut => "sent moved out",
+        System::InPlace => "in place",
     }
 }
 
@@ -1305,7 +1338,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
             points,
             ranges,
             color: Some(color(s)),
-            style: if s == System::Before {
+            style: if matches!(s, System::Before | System::InPlace) {
                 plots::Style::Dashed
             } else {
                 plots::Style::Line
@@ -1354,7 +1387,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
             points,
             ranges,
             color: Some(color(s)),
-            style: if s == System::Before {
+            style: if matches!(s, System::Before | System::InPlace) {
                 plots::Style::Dashed
             } else {
                 plots::Style::Line
@@ -1364,6 +1397,7 @@ pub fn plot(path: &Path, figures: &Value) -> anyhow::Result<()> {
     let mut ratio_lines: Vec<plots::Series> = [
         System::Tidings,
         System::MovedOut,
+        System::InPlace,
         System::HalfFull,
         System::PlannedPerCall,
         System::Previous,

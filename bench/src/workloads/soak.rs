@@ -47,6 +47,8 @@ const TABLES: &[&str] = &[
     "alerts",
     "notifications",
     "deliveries",
+    // Sent deliveries moved out by the outbox's completion (migration 0022).
+    "deliveries_sent",
     "idempotency_keys",
     "item_reads",
 ];

@@ -54,7 +54,7 @@ pub async fn requeue(
     id: i64,
 ) -> Result<DeliveryRow, RequeueError> {
     let mut tx = pool.begin().await?;
-    let locked = store::lock_delivery(&mut *tx, tenant, id)
+    let locked = store::lock_delivery(&mut tx, tenant, id)
         .await?
         .ok_or(RequeueError::NotFound)?;
     let row = match locked.delivery.status {

@@ -1,9 +1,12 @@
 //! Deliveries (the outbox, table `deliveries`): written in the alert's
 //! transaction (ARCHITECTURE.md, invariant 6), read and re-queued by
-//! operators. The workers' claim and completion are in `store::outbox`.
+//! operators. The workers' claim and completion are in `store::outbox`; the
+//! completion moves a sent delivery to `deliveries_sent` (migration 0022), so
+//! every reader of sent deliveries here reads both tables. In-app deliveries,
+//! written `sent`, stay in `deliveries`.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor};
 use tidings_core::Channel;
 use uuid::Uuid;
 
@@ -139,9 +142,11 @@ fn delivery_columns() -> String {
 }
 
 /// An alert's deliveries ordered by (recipient, channel, id), after the key
-/// `after` (recipient, channel, id), at most `limit`: the order of the index
-/// on (tenant, alert, recipient, channel), so a page reads its rows and no more
-/// (ties are one recipient's webhook endpoints).
+/// `after` (recipient, channel, id), at most `limit`: the order of the indexes
+/// on (tenant, alert, recipient, channel) of both tables, so a page reads one
+/// ordered scan of each, at most `limit` rows apiece, and merges them (ties are
+/// one recipient's webhook endpoints). One statement, one snapshot: a delivery
+/// moved meanwhile is seen in exactly one of the two.
 pub async fn list_alert_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -150,13 +155,21 @@ pub async fn list_alert_deliveries(
     limit: i64,
 ) -> sqlx::Result<Vec<DeliveryRow>> {
     let (recipient, channel, id) = after.unwrap_or(("", "", 0));
+    let arm = |table: &str| {
+        format!(
+            "(SELECT {} FROM {table}
+               WHERE tenant_id = $1 AND alert_id = $2
+                 AND (recipient_id, channel) >= ($3, $4)
+                 AND (recipient_id, channel, id) > ($3, $4, $5)
+               ORDER BY recipient_id, channel, id LIMIT $6)",
+            delivery_columns()
+        )
+    };
     sqlx::query_as(&format!(
-        "SELECT {} FROM deliveries
-          WHERE tenant_id = $1 AND alert_id = $2
-            AND (recipient_id, channel) >= ($3, $4)
-            AND (recipient_id, channel, id) > ($3, $4, $5)
+        "SELECT * FROM ({} UNION ALL {}) d
           ORDER BY recipient_id, channel, id LIMIT $6",
-        delivery_columns()
+        arm("deliveries"),
+        arm("deliveries_sent")
     ))
     .bind(tenant)
     .bind(alert_id)
@@ -170,7 +183,9 @@ pub async fn list_alert_deliveries(
 
 /// Deliveries in id order after `after_id`, optionally of one status, at
 /// most `limit`. One statement text per status (a closed set of literals,
-/// never input), so each is planned with its partial index.
+/// never input), so each is planned with its partial index. `sent` and no
+/// status read `deliveries_sent` too (its primary key, in id order, merged
+/// with `deliveries`' scan); the other states are in `deliveries` only.
 pub async fn list_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -178,18 +193,30 @@ pub async fn list_deliveries(
     after_id: Option<i64>,
     limit: i64,
 ) -> sqlx::Result<Vec<DeliveryRow>> {
-    sqlx::query_as(&format!(
-        "SELECT {} FROM deliveries
-          WHERE tenant_id = $1 AND ({}) AND id > $2
-          ORDER BY id LIMIT $3",
+    let hot = format!(
+        "(SELECT {} FROM deliveries
+           WHERE tenant_id = $1 AND ({}) AND id > $2
+           ORDER BY id LIMIT $3)",
         delivery_columns(),
         status.map(status_condition).unwrap_or("true")
-    ))
-    .bind(tenant)
-    .bind(after_id.unwrap_or(0))
-    .bind(limit)
-    .fetch_all(db)
-    .await
+    );
+    let sql = match status {
+        None | Some(DeliveryStatus::Sent) => format!(
+            "SELECT * FROM ({hot} UNION ALL
+                 (SELECT {} FROM deliveries_sent
+                   WHERE tenant_id = $1 AND id > $2
+                   ORDER BY id LIMIT $3)) d
+              ORDER BY id LIMIT $3",
+            delivery_columns()
+        ),
+        Some(_) => hot,
+    };
+    sqlx::query_as(&sql)
+        .bind(tenant)
+        .bind(after_id.unwrap_or(0))
+        .bind(limit)
+        .fetch_all(db)
+        .await
 }
 
 /// A delivery locked for an operator's decision.
@@ -202,13 +229,18 @@ pub struct LockedDelivery {
     pub lease_left_secs: Option<f64>,
 }
 
-/// Locks one delivery; `None` when it is not this tenant's.
+/// Locks one delivery; `None` when it is not this tenant's. A delivery in
+/// `deliveries_sent` is final (nothing writes it but retention), so it is
+/// read without a lock. Two statements, in this order: a completion that
+/// moves the row while the first waits for its lock commits the delete and
+/// the insert together, and the second statement's snapshot, taken after
+/// that, finds it moved.
 pub async fn lock_delivery(
-    db: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
     tenant: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<LockedDelivery>> {
-    sqlx::query_as(&format!(
+    let hot: Option<LockedDelivery> = sqlx::query_as(&format!(
         "SELECT {},
                 EXTRACT(EPOCH FROM claimed_until - now())::float8 AS lease_left_secs
            FROM deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
@@ -216,7 +248,19 @@ pub async fn lock_delivery(
     ))
     .bind(tenant)
     .bind(id)
-    .fetch_optional(db)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if hot.is_some() {
+        return Ok(hot);
+    }
+    sqlx::query_as(&format!(
+        "SELECT {}, NULL::float8 AS lease_left_secs
+           FROM deliveries_sent WHERE tenant_id = $1 AND id = $2",
+        delivery_columns()
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *conn)
     .await
 }
 

@@ -1,5 +1,6 @@
 //! The outbox's SQL: claim a batch (`CLAIM_SQL`), record its results
-//! (`COMPLETE_SQL`). Nothing else in the worker touches the database.
+//! (`COMPLETE_SQL`: a sent delivery moves to `deliveries_sent`). Nothing else
+//! in the worker touches the database.
 //!
 //! "Due" is one predicate for fresh work, retries and expired leases alike —
 //! `status IN (pending, retrying, sending) AND next_attempt_at <= now()` on
@@ -144,8 +145,63 @@ const CLAIM_SQL: &str = r#"
 "#;
 
 /// Writes results (the six arrays of [`ResultColumns`]), each only if it is
-/// still this claim's ([`complete_deliveries`] says why).
+/// still this claim's ([`complete_deliveries`] says why): a `sent` delivery
+/// moves to `deliveries_sent` (`sent`: a DELETE that returns the row, `moved`:
+/// its INSERT), every other outcome updates it in place (`other`). Answers
+/// the count of rows written.
 const COMPLETE_SQL: &str = r#"
+        WITH r AS MATERIALIZED (
+            SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
+                AS r(tenant_id, id, attempts, outcome, delay_ms, error)
+        ),
+        sent AS (
+            DELETE FROM deliveries d USING r
+            WHERE r.outcome = 'sent'
+              AND d.tenant_id = r.tenant_id AND d.id = r.id
+              AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+              AND d.status IN ('pending', 'retrying', 'sending')
+            RETURNING d.*
+        ),
+        moved AS (
+            INSERT INTO deliveries_sent (tenant_id, id, notification_key, alert_id, recipient_id, channel,
+                                         endpoint_id, status, attempts, next_attempt_at, claimed_until,
+                                         last_error, sent_at, created_at)
+            SELECT tenant_id, id, notification_key, alert_id, recipient_id, channel, endpoint_id, 'sent',
+                   attempts, next_attempt_at, NULL, last_error, now(), created_at
+            FROM sent
+            RETURNING 1
+        ),
+        other AS (
+        UPDATE deliveries d
+        SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
+                          WHEN d.status <> 'sending' THEN d.status
+                          WHEN d.attempts > 1 THEN 'retrying'
+                          ELSE 'pending'
+                     END,
+            attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
+            next_attempt_at = CASE WHEN r.outcome = 'retrying'
+                                   THEN now() + r.delay_ms * interval '1 millisecond'
+                                   WHEN d.status = 'sending' THEN now()
+                                   ELSE d.next_attempt_at END,
+            last_error = COALESCE(r.error, d.last_error),
+            claimed_until = NULL
+        FROM r
+        WHERE r.outcome <> 'sent'
+          AND d.tenant_id = r.tenant_id AND d.id = r.id
+          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+          AND d.status IN ('pending', 'retrying', 'sending')
+        RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM other)
+"#;
+
+/// The completion of the version before migration 0022: every outcome,
+/// `sent` included, updates the row in place. Run only by a test build
+/// standing in for that version (`test_hooks::WITHOUT_LAST_MIGRATION`, the
+/// rolling upgrade test); bench/sql/outbox_complete_v2.sql keeps it as the
+/// same-run "before" of the move.
+#[cfg(feature = "test-hooks")]
+const COMPLETE_IN_PLACE_SQL: &str = r#"
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
                           WHEN d.status <> 'sending' THEN d.status
@@ -300,17 +356,42 @@ impl ResultColumns {
 /// this claim's: leased (`claimed_until` set), not final, and the same attempt
 /// number. A worker whose lease expired while it was delivering, and whose row
 /// was claimed again (attempts + 1) or released by its new holder (lease
-/// cleared), changes nothing. Returns the rows written.
+/// cleared), changes nothing: its `sent` moves nothing. Returns the rows
+/// written.
 ///
-/// A final result leaves the partial indexes, so `sent` writes an entry into
-/// the primary key and `deliveries_by_alert_recipient` only; a release touches no
-/// indexed column (HOT, like the claim).
+/// A `sent` delivery leaves `deliveries` for `deliveries_sent` (migration
+/// 0022): the delete writes no index entry and needs no room on the row's
+/// page, the insert appends to a table filled full (its primary key and
+/// `deliveries_sent_by_alert_recipient`: two B-tree insertions, as the
+/// in-place update wrote). Retries, dead and skipped update in place and
+/// leave the partial indexes when final; a release touches no indexed column
+/// (HOT, like the claim).
 pub async fn complete_deliveries(
     db: impl PgExecutor<'_>,
     done: &[CompletedDelivery],
 ) -> sqlx::Result<u64> {
     let r = ResultColumns::of(done);
-    let result = sqlx::query(complete_sql())
+    let written: i64 = sqlx::query_scalar(complete_sql())
+        .bind(&r.tenant_ids)
+        .bind(&r.ids)
+        .bind(&r.attempts)
+        .bind(&r.outcomes)
+        .bind(&r.delays)
+        .bind(&r.errors)
+        .fetch_one(db)
+        .await?;
+    Ok(u64::try_from(written).unwrap_or(0))
+}
+
+/// [`complete_deliveries`] as the version before migration 0022 ran it
+/// (`sent` updated in place), for a test build standing in for that version.
+#[cfg(feature = "test-hooks")]
+pub async fn complete_deliveries_in_place(
+    db: impl PgExecutor<'_>,
+    done: &[CompletedDelivery],
+) -> sqlx::Result<u64> {
+    let r = ResultColumns::of(done);
+    let result = sqlx::query(COMPLETE_IN_PLACE_SQL.trim())
         .bind(&r.tenant_ids)
         .bind(&r.ids)
         .bind(&r.attempts)

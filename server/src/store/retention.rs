@@ -19,8 +19,27 @@ pub struct DeliveriesPurged {
     pub alerts: i64,
 }
 
+/// Where final deliveries are kept: `deliveries` (skipped, dead, and in-app
+/// rows written `sent`; sent rows of versions before migration 0022) and
+/// `deliveries_sent` (what the outbox's completion moved there).
+#[derive(Debug, Clone, Copy)]
+pub enum DeliveryTable {
+    Deliveries,
+    Sent,
+}
+
+impl DeliveryTable {
+    pub const fn name(self) -> &'static str {
+        match self {
+            DeliveryTable::Deliveries => "deliveries",
+            DeliveryTable::Sent => "deliveries_sent",
+        }
+    }
+}
+
 /// Deletes up to `batch` of the tenant's oldest deliveries in `status` (a
-/// final one: sent, skipped or dead) created more than `older_than_secs` ago;
+/// final one: sent, skipped or dead) stored in `table` (`deliveries_sent`
+/// holds `sent` only) created more than `older_than_secs` ago;
 /// with them the notifications none of whose deliveries remain, and the alerts
 /// none of whose notifications remain (and that no expansion is still
 /// writing). Walks, in id order, the primary key for `sent` (most rows) and
@@ -34,6 +53,7 @@ pub struct DeliveriesPurged {
 /// the row being deleted.
 pub async fn purge_deliveries(
     db: impl sqlx::PgExecutor<'_>,
+    table: DeliveryTable,
     tenant: Uuid,
     status: DeliveryStatus,
     older_than_secs: f64,
@@ -41,12 +61,12 @@ pub async fn purge_deliveries(
 ) -> sqlx::Result<DeliveriesPurged> {
     sqlx::query_as(&format!(
         "WITH oldest AS (
-             SELECT tenant_id, id, created_at FROM deliveries
+             SELECT tenant_id, id, created_at FROM {table}
               WHERE tenant_id = $1 AND status = '{status}'
               ORDER BY id LIMIT $3
          ),
          gone AS (
-             DELETE FROM deliveries d USING oldest o
+             DELETE FROM {table} d USING oldest o
               WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = '{status}'
                 AND o.created_at < now() - make_interval(secs => $2)
              RETURNING d.tenant_id, d.id, d.alert_id, d.recipient_id, d.channel
@@ -55,7 +75,9 @@ pub async fn purge_deliveries(
          -- key (migration 0019): the alert's (event type, entity) and the
          -- delivery's (recipient, channel). Its other deliveries (one per
          -- endpoint) by its natural key within the alert, (alert, recipient,
-         -- channel): deliveries_by_alert_recipient. No index holds the digest.
+         -- channel): deliveries_by_alert_recipient and its twin on
+         -- deliveries_sent. No index holds the digest. The ids of the two
+         -- tables are one sequence's, so `gone` excludes by id in both.
          gone_notifications AS (
              DELETE FROM notifications n
               USING (SELECT DISTINCT g.tenant_id, g.alert_id, a.event_type, a.entity_id,
@@ -66,6 +88,10 @@ pub async fn purge_deliveries(
                 AND n.entity_id = g.entity_id AND n.recipient_id = g.recipient_id
                 AND n.channel = g.channel AND n.alert_id = g.alert_id
                 AND NOT EXISTS (SELECT 1 FROM deliveries d
+                                 WHERE d.tenant_id = n.tenant_id AND d.alert_id = n.alert_id
+                                   AND d.recipient_id = n.recipient_id AND d.channel = n.channel
+                                   AND d.id NOT IN (SELECT id FROM gone))
+                AND NOT EXISTS (SELECT 1 FROM deliveries_sent d
                                  WHERE d.tenant_id = n.tenant_id AND d.alert_id = n.alert_id
                                    AND d.recipient_id = n.recipient_id AND d.channel = n.channel
                                    AND d.id NOT IN (SELECT id FROM gone))
@@ -88,7 +114,8 @@ pub async fn purge_deliveries(
          SELECT (SELECT count(*) FROM gone) AS deliveries,
                 (SELECT count(*) FROM gone_notifications) AS notifications,
                 (SELECT count(*) FROM gone_alerts) AS alerts",
-        status = status.as_str()
+        status = status.as_str(),
+        table = table.name()
     ))
     .bind(tenant)
     .bind(older_than_secs)

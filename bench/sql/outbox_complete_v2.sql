@@ -1,0 +1,25 @@
+-- The completion before migration 0022 (main up to the move of sent
+-- deliveries): every outcome, `sent` included, updates the row in place.
+-- drain-peer's same-run "before" of the move (arm "Tidings, sent rows updated
+-- in place"), with today's claim, on a table without `deliveries_sent`.
+-- Parameters: $1 tenants, $2 ids, $3 attempts, $4 outcomes, $5 delays (ms), $6 errors.
+-- reference: the completion of the version before the move (same-run before)
+UPDATE deliveries d
+        SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
+                          WHEN d.status <> 'sending' THEN d.status
+                          WHEN d.attempts > 1 THEN 'retrying'
+                          ELSE 'pending'
+                     END,
+            attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
+            sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE d.sent_at END,
+            next_attempt_at = CASE WHEN r.outcome = 'retrying'
+                                   THEN now() + r.delay_ms * interval '1 millisecond'
+                                   WHEN d.status = 'sending' THEN now()
+                                   ELSE d.next_attempt_at END,
+            last_error = COALESCE(r.error, d.last_error),
+            claimed_until = NULL
+        FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
+             AS r(tenant_id, id, attempts, outcome, delay_ms, error)
+        WHERE d.tenant_id = r.tenant_id AND d.id = r.id
+          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+          AND d.status IN ('pending', 'retrying', 'sending');
