@@ -241,16 +241,6 @@ fn find_refused(err: &reqwest::Error) -> Option<Refused> {
     None
 }
 
-/// One `v1,<base64 HMAC-SHA256>` signature.
-pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<String, String> {
-    Ok(signature(
-        signer(secret)?,
-        msg_id,
-        &timestamp.to_string(),
-        body,
-    ))
-}
-
 /// The HMAC keyed with a `whsec_` secret, ready to sign (cloned per message).
 fn signer(secret: &str) -> Result<Hmac<Sha256>, String> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
@@ -278,6 +268,17 @@ fn signature(mut mac: Hmac<Sha256>, msg_id: &str, timestamp: &str, body: &[u8]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One `v1,<base64 HMAC-SHA256>` signature from a stored secret: the
+    /// sender's two steps (`signer` once per endpoint, `signature` per message).
+    fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<String, String> {
+        Ok(signature(
+            signer(secret)?,
+            msg_id,
+            &timestamp.to_string(),
+            body,
+        ))
+    }
 
     /// The example of the Standard Webhooks specification's test suite.
     #[test]
