@@ -377,12 +377,16 @@ async fn prepare(
                 .execute(&mut *tx)
                 .await?;
             }
-            sqlx::query(&format!(
-                "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
-                 REFERENCES public.tenants (id) ON DELETE CASCADE"
-            ))
-            .execute(&mut *tx)
-            .await?;
+            // Deliveries referenced tenants until migration 0020 dropped the
+            // key; only the arm of before 0015 keeps it, as its schema had it.
+            if system == System::Before {
+                sqlx::query(&format!(
+                    "ALTER TABLE {s}.deliveries ADD FOREIGN KEY (tenant_id)
+                     REFERENCES public.tenants (id) ON DELETE CASCADE"
+                ))
+                .execute(&mut *tx)
+                .await?;
+            }
             tx.commit().await?;
             let mut lo = 0;
             while lo < backlog {
