@@ -236,6 +236,9 @@ fn generate(rng: &mut Rng) -> Value {
                     inline_max: rng.below(300),
                     batch_size: rng.below(1000),
                     write_max_for_events: rng.below(3000),
+                    // Thousandths up to 2, so the default 1 and the bench's
+                    // measured ~0.003 are both in range.
+                    push_above_reads_per_event: rng.below(2000) as f64 / 1000.0,
                 }
             };
             case(

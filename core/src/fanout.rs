@@ -10,6 +10,17 @@
 //! consumer's feed) when the consumer reads more often than the producer
 //! writes, because each write is then amortised over several cheaper reads;
 //! pull otherwise. The rates here are per pair, averaged over the audience.
+//!
+//! "More often" is a cost ratio, `FanoutThresholds::push_above_reads_per_event`:
+//! push when reads per second exceed events per second times it. Feeding
+//! Frenzy's rule is 1 (the default: a materialised row must be read at least
+//! once to pay for itself). The bench measures the break-even of this database
+//! (`scripts/bench --only fanout`): in database time alone, materialising to
+//! 1,000 recipients pays once a consumer reads more than about once per 300
+//! events, i.e. a ratio of about 0.003. That figure leaves out what the write
+//! side costs besides time (one row and ~340 B of WAL per recipient and event,
+//! retention purges, a transaction held for the whole audience), so it is an
+//! input for a deployment that has weighed those, not the default.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +37,7 @@ pub enum SendKind {
 /// primary: a request may insert about a hundred rows in its own transaction
 /// within a few milliseconds; beyond that the request would hold locks and a
 /// connection too long, so the rest goes to background batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FanoutThresholds {
     /// Largest audience written inside the request's transaction. Default 100.
@@ -39,6 +50,12 @@ pub struct FanoutThresholds {
     /// whatever the rates say. Default 1000: past that one event's write
     /// amplification outweighs any read savings a notification feed sees.
     pub write_max_for_events: u64,
+    /// The cost ratio of the rate rule: an activity event is materialised when
+    /// its consumers read more than this many times per producer event
+    /// (reads per second > events per second × this). Default 1, Feeding
+    /// Frenzy's rule; the module docs say when a smaller one is justified. A
+    /// value that is not a finite non-negative number stores once.
+    pub push_above_reads_per_event: f64,
 }
 
 impl Default for FanoutThresholds {
@@ -47,6 +64,7 @@ impl Default for FanoutThresholds {
             inline_max: 100,
             batch_size: 500,
             write_max_for_events: 1000,
+            push_above_reads_per_event: 1.0,
         }
     }
 }
@@ -149,6 +167,13 @@ fn decide_event(audience: u64, rates: Option<Rates>, t: &FanoutThresholds) -> De
                 .to_string(),
         );
     }
+    let ratio = t.push_above_reads_per_event;
+    if !valid(ratio) {
+        return store_once(format!(
+            "activity event: stored once at read time (push_above_reads_per_event {ratio:?} is \
+             not a finite non-negative number)"
+        ));
+    }
     if audience > t.write_max_for_events {
         return store_once(format!(
             "activity event: audience {audience} > write_max_for_events {}: stored once at read time",
@@ -156,20 +181,28 @@ fn decide_event(audience: u64, rates: Option<Rates>, t: &FanoutThresholds) -> De
         ));
     }
     // `{:?}` prints the shortest representation that round-trips, the same in
-    // every build, so the reason stays stable.
+    // every build, so the reason stays stable. At the default ratio (1) the
+    // reason names no ratio, as before the ratio was an input.
     let (reads, events) = (rates.consumer_reads_per_sec, rates.producer_events_per_sec);
-    if reads > events {
+    let threshold = events * ratio;
+    let compared = if ratio == 1.0 {
+        format!("producer writes {events:?}/s")
+    } else {
+        format!(
+            "producer writes {events:?}/s × push_above_reads_per_event {ratio:?} = {threshold:?}/s"
+        )
+    };
+    if reads > threshold {
         let (strategy, how) = write_strategy(audience, t);
         Decision {
             strategy,
             reason: format!(
-                "activity event: consumers read {reads:?}/s > producer writes {events:?}/s \
-                 (Feeding Frenzy: push); {how}"
+                "activity event: consumers read {reads:?}/s > {compared} (Feeding Frenzy: push); {how}"
             ),
         }
     } else {
         store_once(format!(
-            "activity event: consumers read {reads:?}/s <= producer writes {events:?}/s \
+            "activity event: consumers read {reads:?}/s <= {compared} \
              (Feeding Frenzy: pull): stored once at read time"
         ))
     }
@@ -238,6 +271,69 @@ mod tests {
     }
 
     #[test]
+    fn the_cost_ratio_moves_where_events_are_pushed() {
+        // A consumer reading once per 100 events: pulled under Feeding
+        // Frenzy's ratio of 1, pushed under the bench's DB-time break-even.
+        let measured = FanoutThresholds {
+            push_above_reads_per_event: 0.003,
+            ..FanoutThresholds::default()
+        };
+        let (events, reads) = (1.0, 0.01);
+        let default = decide(
+            SendKind::ActivityEvent,
+            20,
+            rates(events, reads),
+            &FanoutThresholds::default(),
+        );
+        assert_eq!(default.strategy, Strategy::StoreOnceReadTime);
+        assert_eq!(
+            default.reason,
+            "activity event: consumers read 0.01/s <= producer writes 1.0/s (Feeding Frenzy: pull): \
+             stored once at read time"
+        );
+        let pushed = decide(SendKind::ActivityEvent, 20, rates(events, reads), &measured);
+        assert_eq!(pushed.strategy, Strategy::WriteInline);
+        assert_eq!(
+            pushed.reason,
+            "activity event: consumers read 0.01/s > producer writes 1.0/s × \
+             push_above_reads_per_event 0.003 = 0.003/s (Feeding Frenzy: push); audience 20 <= \
+             inline_max 100: written inline"
+        );
+        // The audience cap holds whatever the ratio.
+        let too_big = decide(
+            SendKind::ActivityEvent,
+            1001,
+            rates(events, reads),
+            &measured,
+        );
+        assert_eq!(too_big.strategy, Strategy::StoreOnceReadTime);
+        // At the boundary reads must exceed the threshold, as with ratio 1.
+        let half = FanoutThresholds {
+            push_above_reads_per_event: 0.5,
+            ..FanoutThresholds::default()
+        };
+        let at = decide(SendKind::ActivityEvent, 20, rates(1.0, 0.5), &half);
+        assert_eq!(at.strategy, Strategy::StoreOnceReadTime);
+    }
+
+    #[test]
+    fn a_ratio_that_is_not_a_number_stores_once() {
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let t = FanoutThresholds {
+                push_above_reads_per_event: bad,
+                ..FanoutThresholds::default()
+            };
+            let d = decide(SendKind::ActivityEvent, 20, rates(0.01, 0.5), &t);
+            assert_eq!(d.strategy, Strategy::StoreOnceReadTime, "{bad}");
+            assert!(
+                d.reason.contains("push_above_reads_per_event"),
+                "{}",
+                d.reason
+            );
+        }
+    }
+
+    #[test]
     fn a_zero_batch_size_still_makes_progress() {
         let t = FanoutThresholds {
             batch_size: 0,
@@ -262,6 +358,19 @@ mod tests {
             let d = decide(SendKind::TransactionalAlert, audience, None, &t);
             prop_assert_ne!(d.strategy, Strategy::StoreOnceReadTime);
             prop_assert_eq!(d.strategy == Strategy::WriteInline, audience <= inline_max);
+        }
+
+        #[test]
+        fn a_smaller_ratio_never_turns_a_push_into_a_pull(
+            audience in 0u64..=1000, events in 0.0f64..10.0, reads in 0.0f64..10.0,
+            ratio in 0.0f64..1.0
+        ) {
+            let t = FanoutThresholds { push_above_reads_per_event: ratio, ..FanoutThresholds::default() };
+            let default = decide(SendKind::ActivityEvent, audience, rates(events, reads), &FanoutThresholds::default());
+            let smaller = decide(SendKind::ActivityEvent, audience, rates(events, reads), &t);
+            if default.strategy != Strategy::StoreOnceReadTime {
+                prop_assert_eq!(smaller.strategy, default.strategy);
+            }
         }
 
         #[test]

@@ -300,7 +300,8 @@ pub struct JsFanoutDecision {
 
 /// Decides how to fan out a send. `kind` is `"transactional_alert"` or
 /// `"activity_event"`; rates are given both or neither; omitted thresholds
-/// take the defaults (100, 500, 1000).
+/// take the defaults (100, 500, 1000, and a push ratio of 1: see
+/// `FanoutThresholds::push_above_reads_per_event`).
 #[wasm_bindgen(js_name = decideFanout)]
 
 pub fn decide_fanout(
@@ -311,6 +312,7 @@ pub fn decide_fanout(
     inline_max: Option<f64>,
     batch_size: Option<f64>,
     write_max_for_events: Option<f64>,
+    push_above_reads_per_event: Option<f64>,
 ) -> Result<JsFanoutDecision, JsError> {
     let kind = match kind {
         "transactional_alert" => SendKind::TransactionalAlert,
@@ -334,6 +336,8 @@ pub fn decide_fanout(
             .map_or(Ok(defaults.write_max_for_events), |v| {
                 safe_u64("writeMaxForEvents", v)
             })?,
+        push_above_reads_per_event: push_above_reads_per_event
+            .unwrap_or(defaults.push_above_reads_per_event),
     };
     let d = fanout::decide(kind, audience, rates, &thresholds);
     let batch_size = match d.strategy {

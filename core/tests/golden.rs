@@ -192,6 +192,26 @@ fn cases() -> Vec<Value> {
             json!({ "kind": kind, "audience": audience, "rates": r, "thresholds": t }),
         ));
     }
+    // The cost ratio as an input: the bench's DB-time break-even (~0.003),
+    // zero (push whenever anyone reads) and a ratio above Feeding Frenzy's.
+    for ratio in [0.003, 0.0, 2.5] {
+        let t = thresholds_json(&FanoutThresholds {
+            push_above_reads_per_event: ratio,
+            ..FanoutThresholds::default()
+        });
+        for (audience, r) in [
+            (20, rates(1.0, 0.01)),
+            (800, rates(1.0, 0.01)),
+            (20, rates(0.2, 0.5)),
+            (20, rates(1.0, 0.0)),
+            (1001, rates(0.01, 0.5)),
+        ] {
+            out.push(case(
+                "fanout",
+                json!({ "kind": "activity_event", "audience": audience, "rates": r, "thresholds": t }),
+            ));
+        }
+    }
 
     let default = schedule_json(&RetrySchedule::default());
     for attempt in 0..=10 {

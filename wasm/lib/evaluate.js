@@ -49,7 +49,7 @@
         const d = t.decideFanout(
           input.kind, input.audience,
           r ? r.producer_events_per_sec : undefined, r ? r.consumer_reads_per_sec : undefined,
-          th.inline_max, th.batch_size, th.write_max_for_events,
+          th.inline_max, th.batch_size, th.write_max_for_events, th.push_above_reads_per_event,
         );
         return { strategy: d.strategy, batch_size: d.batchSize ?? null, reason: d.reason };
       }

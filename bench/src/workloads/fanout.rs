@@ -386,6 +386,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         })
         .collect();
     w.notes.push(format!("Crossover: {}.", verdict.join("; ")));
+    w.notes.push(format!(
+        "The policy is tidings_core::decide with its default thresholds: it materialises when \
+         reads per event exceed push_above_reads_per_event = {:?} (Feeding Frenzy's rule). A \
+         deployment that weighs database time alone may set that cost ratio to the measured \
+         break-even; the write side's rows, WAL and purges are not in it.",
+        FanoutThresholds::default().push_above_reads_per_event
+    ));
     w.notes.push(
         "Write latency is one transaction per event with synchronous_commit on, so small writes \
          are dominated by the WAL flush; reads are the reader's first page (limit 20) with counts."

@@ -155,6 +155,7 @@ pub fn run(op: &str, input: &Value) -> Result<Value, String> {
                 inline_max: uint(t, "inline_max"),
                 batch_size: uint(t, "batch_size"),
                 write_max_for_events: uint(t, "write_max_for_events"),
+                push_above_reads_per_event: float(t, "push_above_reads_per_event"),
             };
             let d = decide(kind, uint(input, "audience"), rates, &thresholds);
             let batch_size = match d.strategy {
@@ -197,5 +198,6 @@ pub fn thresholds_json(t: &FanoutThresholds) -> Value {
     json!({
         "inline_max": t.inline_max, "batch_size": t.batch_size,
         "write_max_for_events": t.write_max_for_events,
+        "push_above_reads_per_event": t.push_above_reads_per_event,
     })
 }
