@@ -1,16 +1,19 @@
 -- GET /v1/feed (no cursor) for a reader with no more sources (teams + the
--- alerts) than the page's k = limit + 1, handed the counts carried over from
--- the user's last statement (store::feed::CountsBase), as every request but a
--- user's first is: the statement such a first page runs, as
--- server/src/store/feed.rs composes it (read_first_page_carried; each source
--- scanned once, PageKind::FirstFew; the counts from the base and the page's
--- own positions, no badge walks). When it cannot count so (the base does not
--- hold, or a page's worth or more came since), feed_page_walk.sql runs instead.
+-- alerts) than the page's k = limit + 1 and teams enough for the tenant scan
+-- to find k entries in its budget (4 per team), handed the counts carried
+-- over from the user's last statement (store::feed::CountsBase), as every
+-- request but a user's first is: the statement such a first page runs, as
+-- server/src/store/feed.rs composes it (read_first_page_carried;
+-- PageKind::FirstFewScanned: the tenant's newest entries scanned once, each
+-- source scanned once only when that scan cannot tell; the counts from the
+-- base and the page's own positions, no badge walks). When it cannot count
+-- so (the base does not hold, or a page's worth or more came since),
+-- feed_page_walk.sql runs instead.
 -- Parameters: $1 tenant, $2 user, $3-$5 the user's teams (team_id, joined_tx,
 -- joined_id), $6 badge cap + 1, ($7-$10, the cursor bounds, unused), $11
 -- limit + 1, $12 the tenant's horizon, $13 the counts base.
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
--- source-fn: tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFew)
+-- source-fn: tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFewScanned)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()
@@ -25,9 +28,29 @@ marks AS MATERIALIZED (
            coalesce(s.read_tx, 0) AS read_tx, coalesce(s.read_id, 0) AS read_id
     FROM (SELECT 1) AS one
     LEFT JOIN feed_state s ON s.tenant_id = $1 AND s.user_id = $2
-), 
+), scan_page AS MATERIALIZED (
+    SELECT s.tx, s.id, s.team_id FROM (
+        SELECT e.tx, e.id, e.team_id, e.team_id IN (SELECT t.team_id FROM teams t) AS mine
+        FROM events e
+        WHERE e.tenant_id = $1 AND e.tx < (SELECT tx FROM horizon)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 4 * cardinality($3::text[])
+    ) s
+    WHERE s.mine
+    LIMIT $11
+),
+scanned AS MATERIALIZED (
+    SELECT s.tx, s.id FROM scan_page s JOIN teams t ON t.team_id = s.team_id
+    WHERE (s.tx, s.id) > (t.joined_tx, t.joined_id)
+),
+scan_holds AS MATERIALIZED (
+    SELECT count(*) >= $11 AS holds FROM scanned
+),
+
 page_positions AS MATERIALIZED (
     SELECT * FROM (
+        (SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))
+        UNION ALL
         (SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
             SELECT e.tx, e.id FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = t.team_id
@@ -35,7 +58,8 @@ page_positions AS MATERIALIZED (
             ORDER BY e.tx DESC, e.id DESC
             LIMIT $11
          ) e
-         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id))
+         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id)
+           AND NOT (SELECT holds FROM scan_holds))
         UNION ALL
         (SELECT i.tx, i.id, true FROM inbox_items i
          WHERE i.tenant_id = $1 AND i.recipient_id = $2
@@ -60,12 +84,6 @@ page AS (
     FROM page_positions p JOIN inbox_items i ON i.tenant_id = $1 AND i.id = p.id
     WHERE p.alert
 ),
-floors AS MATERIALIZED (
-    SELECT read_tx, read_id,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
-    FROM marks
-),
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
@@ -76,44 +94,47 @@ reads AS MATERIALIZED (
            OR EXISTS (SELECT 1 FROM inbox_items i
                       WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-budget AS MATERIALIZED (
-    SELECT $6 + count(*) AS n FROM reads
-),
-purges AS MATERIALIZED (
-    SELECT coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS n
-),
-base AS MATERIALIZED (
-    SELECT coalesce(b.asof <= h.tx
+checked AS MATERIALIZED (
+    SELECT f.read_tx, f.read_id, f.unseen_tx, f.unseen_id, f.purges, f.budget,
+           coalesce(b.asof <= h.tx
                     AND (b.seen_tx, b.seen_id, b.read_tx, b.read_id)
-                        = (m.seen_tx, m.seen_id, m.read_tx, m.read_id)
-                    AND b.purges = p.n AND b.budget = bu.n, false) AS valid,
+                        = (f.seen_tx, f.seen_id, f.read_tx, f.read_id)
+                    AND b.purges = f.purges AND b.budget = f.budget, false) AS valid,
            b.asof, b.unseen_n, b.unread_n
-    FROM (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
-                 a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
-          FROM (SELECT $13::bigint[] AS a) AS given) AS b
-    CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+    FROM (SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_tx ELSE m.read_tx END AS unseen_tx,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_id ELSE m.read_id END AS unseen_id,
+                 coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS purges,
+                 $6 + (SELECT count(*) FROM reads) AS budget
+          FROM marks m
+          OFFSET 0) AS f
+    CROSS JOIN (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
+                       a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
+                FROM (SELECT $13::bigint[] AS a) AS given) AS b
+    CROSS JOIN horizon h
 ),
-walked AS MATERIALIZED (
-    SELECT least(b.unseen_n + w.unseen, bu.n) AS unseen_n,
-           least(b.unread_n + w.unread, bu.n) AS unread_n,
-           bu.n AS budget,
-           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < $11) AS carried_over
-    FROM base b CROSS JOIN budget bu CROSS JOIN (
-        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (f.unseen_tx, f.unseen_id)) AS unseen,
-               count(*) FILTER (WHERE (p.tx, p.id) > (f.read_tx, f.read_id)) AS unread
-        FROM page_positions p CROSS JOIN floors f CROSS JOIN base b
-        WHERE (p.tx, p.id) > (b.asof, 0::bigint)
+walked AS (
+    SELECT least(c.unseen_n + w.unseen, c.budget) AS unseen_n,
+           least(c.unread_n + w.unread, c.budget) AS unread_n,
+           c.budget, c.purges,
+           c.valid AND ((c.unseen_n >= c.budget AND c.unread_n >= c.budget) OR w.unread < $11) AS carried_over,
+           c.read_tx, c.read_id, c.unseen_tx, c.unseen_id
+    FROM checked c CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (c.unseen_tx, c.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (p.tx, p.id) > (c.read_tx, c.read_id)) AS unread
+        FROM page_positions p
+        WHERE (p.tx, p.id) > (c.asof, 0::bigint)
     ) w
 ),
 badges AS MATERIALIZED (
-    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
-                ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
-           CASE WHEN k.unread_n >= k.budget THEN $6
-                ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, k.carried_over AS carried_over
-    FROM walked k CROSS JOIN purges p CROSS JOIN base b
+    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6 ELSE least($6, k.unseen_n - r.unseen) END AS unseen,
+           CASE WHEN k.unread_n >= k.budget THEN $6 ELSE least($6, k.unread_n - r.unread) END AS unread,
+           k.unseen_n, k.unread_n, k.budget, k.purges, k.carried_over
+    FROM walked k CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (r.tx, r.id) > (k.unseen_tx, k.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (r.tx, r.id) > (k.read_tx, k.read_id)) AS unread
+        FROM reads r
+    ) r
 )
 SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
        h.tx AS head_tx, h.id AS head_id,

@@ -40,12 +40,6 @@ tops AS MATERIALIZED (
 head AS (
     SELECT tx, id FROM tops ORDER BY tx DESC, id DESC LIMIT 1
 ), 
-floors AS MATERIALIZED (
-    SELECT read_tx, read_id,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
-    FROM marks
-),
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
@@ -56,31 +50,33 @@ reads AS MATERIALIZED (
            OR EXISTS (SELECT 1 FROM inbox_items i
                       WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-budget AS MATERIALIZED (
-    SELECT $6 + count(*) AS n FROM reads
-),
-purges AS MATERIALIZED (
-    SELECT coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS n
-),
-base AS MATERIALIZED (
-    SELECT coalesce(b.asof <= h.tx
+checked AS MATERIALIZED (
+    SELECT f.read_tx, f.read_id, f.unseen_tx, f.unseen_id, f.purges, f.budget,
+           coalesce(b.asof <= h.tx
                     AND (b.seen_tx, b.seen_id, b.read_tx, b.read_id)
-                        = (m.seen_tx, m.seen_id, m.read_tx, m.read_id)
-                    AND b.purges = p.n AND b.budget = bu.n, false) AS valid,
+                        = (f.seen_tx, f.seen_id, f.read_tx, f.read_id)
+                    AND b.purges = f.purges AND b.budget = f.budget, false) AS valid,
            b.asof, b.unseen_n, b.unread_n
-    FROM (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
-                 a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
-          FROM (SELECT $13::bigint[] AS a) AS given) AS b
-    CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+    FROM (SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_tx ELSE m.read_tx END AS unseen_tx,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_id ELSE m.read_id END AS unseen_id,
+                 coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS purges,
+                 $6 + (SELECT count(*) FROM reads) AS budget
+          FROM marks m
+          OFFSET 0) AS f
+    CROSS JOIN (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
+                       a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
+                FROM (SELECT $13::bigint[] AS a) AS given) AS b
+    CROSS JOIN horizon h
 ),
 walk_floors AS MATERIALIZED (
-    SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
-           CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS read_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0 ELSE f.read_id END AS read_id,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN b.asof ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN 0 ELSE f.unseen_id END AS unseen_id
-    FROM floors f CROSS JOIN base b
+    SELECT CASE WHEN c.valid THEN c.unseen_n ELSE 0 END AS unseen_base,
+           CASE WHEN c.valid THEN c.unread_n ELSE 0 END AS unread_base,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN c.asof ELSE c.read_tx END AS read_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN 0 ELSE c.read_id END AS read_id,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN c.asof ELSE c.unseen_tx END AS unseen_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN 0 ELSE c.unseen_id END AS unseen_id
+    FROM checked c
 ),
 team_floors AS MATERIALIZED (
     SELECT t.team_id,
@@ -95,10 +91,10 @@ team_floors AS MATERIALIZED (
 walk_limits AS MATERIALIZED (
     -- The unread walk stands in for both when the floors are equal, so the
     -- unseen walk goes as far as either needs.
-    SELECT greatest(0, b.n - least(w.unseen_base, w.unread_base)) AS unseen,
+    SELECT greatest(0, c.budget - least(w.unseen_base, w.unread_base)) AS unseen,
            CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id) THEN 0
-                ELSE greatest(0, b.n - w.unread_base) END AS unread
-    FROM walk_floors w CROSS JOIN budget b
+                ELSE greatest(0, c.budget - w.unread_base) END AS unread
+    FROM walk_floors w CROSS JOIN checked c
 ),
 unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
@@ -149,21 +145,22 @@ unread_scan AS MATERIALIZED (
 walked AS MATERIALIZED (
     -- Entries from each floor up to the horizon, capped at the budget: what
     -- the next statement may carry over.
-    SELECT least(w.unseen_base + u.n, b.n) AS unseen_n,
+    SELECT least(w.unseen_base + u.n, c.budget) AS unseen_n,
            least(w.unread_base + CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id)
-                                      THEN u.n ELSE s.n END, b.n) AS unread_n,
-           b.n AS budget
-    FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
+                                      THEN u.n ELSE s.n END, c.budget) AS unread_n,
+           c.budget, c.purges, c.valid AS carried_over,
+           c.read_tx, c.read_id, c.unseen_tx, c.unseen_id
+    FROM walk_floors w CROSS JOIN checked c CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
 ),
 badges AS MATERIALIZED (
-    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
-                ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
-           CASE WHEN k.unread_n >= k.budget THEN $6
-                ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
-    FROM walked k CROSS JOIN purges p CROSS JOIN base b
+    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6 ELSE least($6, k.unseen_n - r.unseen) END AS unseen,
+           CASE WHEN k.unread_n >= k.budget THEN $6 ELSE least($6, k.unread_n - r.unread) END AS unread,
+           k.unseen_n, k.unread_n, k.budget, k.purges, k.carried_over
+    FROM walked k CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (r.tx, r.id) > (k.unseen_tx, k.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (r.tx, r.id) > (k.read_tx, k.read_id)) AS unread
+        FROM reads r
+    ) r
 ), 
 bounds AS MATERIALIZED (
     SELECT CASE WHEN (h.tx, 0::bigint) < ($9::bigint, $10::bigint) THEN h.tx ELSE $9 END AS hi_tx,

@@ -1,11 +1,12 @@
--- GET /v1/feed (no cursor), sources that fit the page (PageKind::FirstFew), when
+-- GET /v1/feed (no cursor), sources that fit the page and teams enough for the
+-- tenant scan (PageKind::FirstFewScanned), when
 -- the request has no usable counts base (a user's first read on an instance,
 -- or the read after a mark, an item read, a membership change or a purge; or
 -- when the statement of feed_page.sql could not count from its page): the
 -- statement that walks the badges, as server/src/store/feed.rs composes it
 -- (read_feed). Parameters as feed_page.sql; $13 '{}' when there is no base.
 -- Regenerate with `target/debug/tidings-bench --sync-sql` when the server changes.
--- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::FirstFew)
+-- source-fn: tidings_server::store::feed::feed_page_sql(PageKind::FirstFewScanned)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()
@@ -40,12 +41,6 @@ tops AS MATERIALIZED (
 head AS (
     SELECT tx, id FROM tops ORDER BY tx DESC, id DESC LIMIT 1
 ), 
-floors AS MATERIALIZED (
-    SELECT read_tx, read_id,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
-    FROM marks
-),
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
@@ -56,31 +51,33 @@ reads AS MATERIALIZED (
            OR EXISTS (SELECT 1 FROM inbox_items i
                       WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-budget AS MATERIALIZED (
-    SELECT $6 + count(*) AS n FROM reads
-),
-purges AS MATERIALIZED (
-    SELECT coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS n
-),
-base AS MATERIALIZED (
-    SELECT coalesce(b.asof <= h.tx
+checked AS MATERIALIZED (
+    SELECT f.read_tx, f.read_id, f.unseen_tx, f.unseen_id, f.purges, f.budget,
+           coalesce(b.asof <= h.tx
                     AND (b.seen_tx, b.seen_id, b.read_tx, b.read_id)
-                        = (m.seen_tx, m.seen_id, m.read_tx, m.read_id)
-                    AND b.purges = p.n AND b.budget = bu.n, false) AS valid,
+                        = (f.seen_tx, f.seen_id, f.read_tx, f.read_id)
+                    AND b.purges = f.purges AND b.budget = f.budget, false) AS valid,
            b.asof, b.unseen_n, b.unread_n
-    FROM (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
-                 a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
-          FROM (SELECT $13::bigint[] AS a) AS given) AS b
-    CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+    FROM (SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_tx ELSE m.read_tx END AS unseen_tx,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_id ELSE m.read_id END AS unseen_id,
+                 coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS purges,
+                 $6 + (SELECT count(*) FROM reads) AS budget
+          FROM marks m
+          OFFSET 0) AS f
+    CROSS JOIN (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
+                       a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
+                FROM (SELECT $13::bigint[] AS a) AS given) AS b
+    CROSS JOIN horizon h
 ),
 walk_floors AS MATERIALIZED (
-    SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
-           CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS read_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0 ELSE f.read_id END AS read_id,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN b.asof ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN 0 ELSE f.unseen_id END AS unseen_id
-    FROM floors f CROSS JOIN base b
+    SELECT CASE WHEN c.valid THEN c.unseen_n ELSE 0 END AS unseen_base,
+           CASE WHEN c.valid THEN c.unread_n ELSE 0 END AS unread_base,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN c.asof ELSE c.read_tx END AS read_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN 0 ELSE c.read_id END AS read_id,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN c.asof ELSE c.unseen_tx END AS unseen_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN 0 ELSE c.unseen_id END AS unseen_id
+    FROM checked c
 ),
 team_floors AS MATERIALIZED (
     SELECT t.team_id,
@@ -95,10 +92,10 @@ team_floors AS MATERIALIZED (
 walk_limits AS MATERIALIZED (
     -- The unread walk stands in for both when the floors are equal, so the
     -- unseen walk goes as far as either needs.
-    SELECT greatest(0, b.n - least(w.unseen_base, w.unread_base)) AS unseen,
+    SELECT greatest(0, c.budget - least(w.unseen_base, w.unread_base)) AS unseen,
            CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id) THEN 0
-                ELSE greatest(0, b.n - w.unread_base) END AS unread
-    FROM walk_floors w CROSS JOIN budget b
+                ELSE greatest(0, c.budget - w.unread_base) END AS unread
+    FROM walk_floors w CROSS JOIN checked c
 ),
 unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
@@ -149,24 +146,45 @@ unread_scan AS MATERIALIZED (
 walked AS MATERIALIZED (
     -- Entries from each floor up to the horizon, capped at the budget: what
     -- the next statement may carry over.
-    SELECT least(w.unseen_base + u.n, b.n) AS unseen_n,
+    SELECT least(w.unseen_base + u.n, c.budget) AS unseen_n,
            least(w.unread_base + CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id)
-                                      THEN u.n ELSE s.n END, b.n) AS unread_n,
-           b.n AS budget
-    FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
+                                      THEN u.n ELSE s.n END, c.budget) AS unread_n,
+           c.budget, c.purges, c.valid AS carried_over,
+           c.read_tx, c.read_id, c.unseen_tx, c.unseen_id
+    FROM walk_floors w CROSS JOIN checked c CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
 ),
 badges AS MATERIALIZED (
-    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
-                ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
-           CASE WHEN k.unread_n >= k.budget THEN $6
-                ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, b.valid AS carried_over
-    FROM walked k CROSS JOIN purges p CROSS JOIN base b
-), 
+    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6 ELSE least($6, k.unseen_n - r.unseen) END AS unseen,
+           CASE WHEN k.unread_n >= k.budget THEN $6 ELSE least($6, k.unread_n - r.unread) END AS unread,
+           k.unseen_n, k.unread_n, k.budget, k.purges, k.carried_over
+    FROM walked k CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (r.tx, r.id) > (k.unseen_tx, k.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (r.tx, r.id) > (k.read_tx, k.read_id)) AS unread
+        FROM reads r
+    ) r
+), scan_page AS MATERIALIZED (
+    SELECT s.tx, s.id, s.team_id FROM (
+        SELECT e.tx, e.id, e.team_id, e.team_id IN (SELECT t.team_id FROM teams t) AS mine
+        FROM events e
+        WHERE e.tenant_id = $1 AND e.tx < (SELECT tx FROM horizon)
+        ORDER BY e.tx DESC, e.id DESC
+        LIMIT 4 * cardinality($3::text[])
+    ) s
+    WHERE s.mine
+    LIMIT $11
+),
+scanned AS MATERIALIZED (
+    SELECT s.tx, s.id FROM scan_page s JOIN teams t ON t.team_id = s.team_id
+    WHERE (s.tx, s.id) > (t.joined_tx, t.joined_id)
+),
+scan_holds AS MATERIALIZED (
+    SELECT count(*) >= $11 AS holds FROM scanned
+),
+
 page_positions AS MATERIALIZED (
     SELECT * FROM (
+        (SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))
+        UNION ALL
         (SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
             SELECT e.tx, e.id FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = t.team_id
@@ -174,7 +192,8 @@ page_positions AS MATERIALIZED (
             ORDER BY e.tx DESC, e.id DESC
             LIMIT $11
          ) e
-         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id))
+         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id)
+           AND NOT (SELECT holds FROM scan_holds))
         UNION ALL
         (SELECT i.tx, i.id, true FROM inbox_items i
          WHERE i.tenant_id = $1 AND i.recipient_id = $2

@@ -150,6 +150,12 @@ pub fn server_sql(name: &str) -> anyhow::Result<String> {
         "tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFew)" => {
             feed::feed_page_carried_sql(feed::PageKind::FirstFew).into()
         }
+        "tidings_server::store::feed::feed_page_sql(PageKind::FirstFewScanned)" => {
+            feed::feed_page_sql(feed::PageKind::FirstFewScanned).into()
+        }
+        "tidings_server::store::feed::feed_page_carried_sql(PageKind::FirstFewScanned)" => {
+            feed::feed_page_carried_sql(feed::PageKind::FirstFewScanned).into()
+        }
         "tidings_server::store::feed::feed_page_sql(PageKind::Before)" => {
             feed::feed_page_sql(feed::PageKind::Before).into()
         }

@@ -423,8 +423,10 @@ async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
 /// A first page of a reader with more sources than the page's k scans the
 /// tenant's newest events once and probes each source only when that scan
 /// cannot tell (ARCHITECTURE.md, "The feed statement"). Its page must be the
-/// per-source one — every source scanned (`PageKind::FirstFew`) and every
-/// source probed (`PageKind::Before` with no cursor) — item for item, with
+/// per-source one — every source scanned (`PageKind::FirstFew`), the tenant
+/// scanned with every source scanned when it cannot tell
+/// (`PageKind::FirstFewScanned`) and every source probed (`PageKind::Before`
+/// with no cursor) — item for item, with
 /// the same head, `more`, watermarks and counts, in each case the scan meets:
 /// it holds (the reader's teams wrote the tenant's newest events), one of its
 /// k entries predates the reader's join of its team (the page falls back to
@@ -501,7 +503,11 @@ async fn a_first_page_that_scans_the_tenant_is_the_page_of_the_per_source_statem
                     p.badges,
                 )
             };
-            for kind in [store::PageKind::FirstFew, store::PageKind::Before] {
+            for kind in [
+                store::PageKind::FirstFew,
+                store::PageKind::FirstFewScanned,
+                store::PageKind::Before,
+            ] {
                 let other = page(kind).await;
                 assert_eq!(
                     ours(&scanned),
@@ -1297,7 +1303,8 @@ async fn a_first_page_counts_from_its_page_only_what_the_walk_would_count() {
     let api = f.api();
     let user = f.app.user(&token);
     let tenant = f.tenant.uuid();
-    // limit 2: k = 3, and 2 teams + the alerts fit it (PageKind::FirstFew).
+    // limit 2: k = 3, and 2 teams + the alerts fit it (PageKind::FirstFewScanned:
+    // 4 entries per team of tenant scan can find k).
     const LIMIT: u32 = 2;
     let pool = &f.pool;
     let teams = &teams;

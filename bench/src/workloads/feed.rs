@@ -22,10 +22,11 @@
 //! before/after of the SQL; and before a first page handed a counts base
 //! counted from its own page (feed_page_v3.sql, feed_page_many_v1.sql),
 //! before the counts handed a base counted from the entries since it
-//! (feed_counts_v2.sql), and before the wide reader's first page scanned the
+//! (feed_counts_v2.sql), before the wide reader's first page scanned the
 //! tenant's newest events instead of probing every team
 //! (feed_page_many_v2.sql; ratio "wide reader's first page SQL ÷ before the
-//! tenant scan"). The 20-team reader's first page runs feed_page.sql
+//! tenant scan"), and before the counts' small CTEs were folded into one
+//! row (feed_page_v4.sql). The 20-team reader's first page runs feed_page.sql
 //! (sources fit the page), the wide reader's feed_page_many.sql, the counts
 //! feed_counts.sql; all with the counts carried over, as every request here
 //! but the first. feed_page_walk.sql and feed_counts_walk.sql are the
@@ -352,6 +353,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             name: "first page SQL, counts not carried over",
             script: "feed_page_walk",
             vars: reader.vars(None, Some(20), Carry::Nothing),
+            against: FIRST,
+        },
+        Reference {
+            name: "first page SQL before the counts were folded into one row",
+            script: "feed_page_v4",
+            vars: reader.vars(None, Some(20), Carry::Over),
             against: FIRST,
         },
         Reference {

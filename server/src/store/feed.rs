@@ -15,9 +15,10 @@
 //! id)` or `inbox_items (tenant_id, recipient_id, tx, id)` with a LIMIT; rows
 //! (payloads) are read for the page's items alone. A page costs one probe per
 //! source plus at most (limit + 1)² index entries (see [`page_ctes`]), whatever
-//! the history and however many teams; a first page of many teams first scans
-//! the tenant's newest entries (`events (tenant_id, tx, id)`), at most 4 per
-//! team, and probes only when that scan cannot tell ([`TENANT_SCAN`]); badge counts stop after
+//! the history and however many teams; a first page of teams enough to fill
+//! it from 4 entries each first scans the tenant's newest entries (`events
+//! (tenant_id, tx, id)`), at most 4 per team, and probes or scans each source
+//! only when that scan cannot tell ([`TENANT_SCAN`]); badge counts stop after
 //! [`tidings_core::BADGE_CAP`] + 1 entries (plus the user's individually read
 //! items) in all, and walk only what is newer than the user's previous
 //! statement when its counts are handed back and still hold ([`CountsBase`]);
@@ -248,22 +249,21 @@ fn counts_ctes(base: &str) -> String {
         "{check},{walks},{badges}",
         check = counts_check_ctes(base),
         walks = WALKS,
-        badges = badges_cte("b.valid")
+        badges = BADGES
     )
 }
 
-/// What the base is checked against, shared by both ways of counting: the
-/// floors, the user's individually read items in the feed, the budget, the
-/// purge counter, and `base.valid`.
+/// What the base is checked against, shared by every way of counting: the
+/// user's individually read items in the feed (`reads`), and one row,
+/// `checked`, with the floors, the purge counter, the budget, the base's
+/// counts and whether it holds (`valid`). One CTE rather than one per value:
+/// each CTE and each join of them is plan nodes that every execution starts
+/// up, whether or not anything walks. The floors' subquery ends in `OFFSET
+/// 0` so that it is not pulled up: pulled up, every reference to the purge
+/// counter or the budget would run its subquery again.
 fn counts_check_ctes(base: &str) -> String {
     format!(
         "
-floors AS MATERIALIZED (
-    SELECT read_tx, read_id,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_tx ELSE read_tx END AS unseen_tx,
-           CASE WHEN (seen_tx, seen_id) > (read_tx, read_id) THEN seen_id ELSE read_id END AS unseen_id
-    FROM marks
-),
 reads AS MATERIALIZED (
     SELECT r.tx, r.item_id AS id FROM item_reads r
     WHERE r.tenant_id = $1 AND r.user_id = $2
@@ -274,22 +274,24 @@ reads AS MATERIALIZED (
            OR EXISTS (SELECT 1 FROM inbox_items i
                       WHERE i.tenant_id = $1 AND i.id = r.item_id AND i.recipient_id = $2))
 ),
-budget AS MATERIALIZED (
-    SELECT $6 + count(*) AS n FROM reads
-),
-purges AS MATERIALIZED (
-    SELECT coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS n
-),
-base AS MATERIALIZED (
-    SELECT coalesce(b.asof <= h.tx
+checked AS MATERIALIZED (
+    SELECT f.read_tx, f.read_id, f.unseen_tx, f.unseen_id, f.purges, f.budget,
+           coalesce(b.asof <= h.tx
                     AND (b.seen_tx, b.seen_id, b.read_tx, b.read_id)
-                        = (m.seen_tx, m.seen_id, m.read_tx, m.read_id)
-                    AND b.purges = p.n AND b.budget = bu.n, false) AS valid,
+                        = (f.seen_tx, f.seen_id, f.read_tx, f.read_id)
+                    AND b.purges = f.purges AND b.budget = f.budget, false) AS valid,
            b.asof, b.unseen_n, b.unread_n
-    FROM (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
-                 a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
-          FROM (SELECT {base}::bigint[] AS a) AS given) AS b
-    CROSS JOIN horizon h CROSS JOIN marks m CROSS JOIN purges p CROSS JOIN budget bu
+    FROM (SELECT m.seen_tx, m.seen_id, m.read_tx, m.read_id,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_tx ELSE m.read_tx END AS unseen_tx,
+                 CASE WHEN (m.seen_tx, m.seen_id) > (m.read_tx, m.read_id) THEN m.seen_id ELSE m.read_id END AS unseen_id,
+                 coalesce((SELECT feed_purges FROM tenants WHERE id = $1), 0) AS purges,
+                 $6 + (SELECT count(*) FROM reads) AS budget
+          FROM marks m
+          OFFSET 0) AS f
+    CROSS JOIN (SELECT a[1] AS asof, a[2] AS seen_tx, a[3] AS seen_id, a[4] AS read_tx, a[5] AS read_id,
+                       a[6] AS purges, a[7] AS budget, a[8] AS unseen_n, a[9] AS unread_n
+                FROM (SELECT {base}::bigint[] AS a) AS given) AS b
+    CROSS JOIN horizon h
 )"
     )
 }
@@ -298,13 +300,13 @@ base AS MATERIALIZED (
 /// statement's horizon.
 const WALKS: &str = "
 walk_floors AS MATERIALIZED (
-    SELECT CASE WHEN b.valid THEN b.unseen_n ELSE 0 END AS unseen_base,
-           CASE WHEN b.valid THEN b.unread_n ELSE 0 END AS unread_base,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS read_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0 ELSE f.read_id END AS read_id,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN b.asof ELSE f.unseen_tx END AS unseen_tx,
-           CASE WHEN b.valid AND (b.asof, 0::bigint) > (f.unseen_tx, f.unseen_id) THEN 0 ELSE f.unseen_id END AS unseen_id
-    FROM floors f CROSS JOIN base b
+    SELECT CASE WHEN c.valid THEN c.unseen_n ELSE 0 END AS unseen_base,
+           CASE WHEN c.valid THEN c.unread_n ELSE 0 END AS unread_base,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN c.asof ELSE c.read_tx END AS read_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN 0 ELSE c.read_id END AS read_id,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN c.asof ELSE c.unseen_tx END AS unseen_tx,
+           CASE WHEN c.valid AND (c.asof, 0::bigint) > (c.unseen_tx, c.unseen_id) THEN 0 ELSE c.unseen_id END AS unseen_id
+    FROM checked c
 ),
 team_floors AS MATERIALIZED (
     SELECT t.team_id,
@@ -319,10 +321,10 @@ team_floors AS MATERIALIZED (
 walk_limits AS MATERIALIZED (
     -- The unread walk stands in for both when the floors are equal, so the
     -- unseen walk goes as far as either needs.
-    SELECT greatest(0, b.n - least(w.unseen_base, w.unread_base)) AS unseen,
+    SELECT greatest(0, c.budget - least(w.unseen_base, w.unread_base)) AS unseen,
            CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id) THEN 0
-                ELSE greatest(0, b.n - w.unread_base) END AS unread
-    FROM walk_floors w CROSS JOIN budget b
+                ELSE greatest(0, c.budget - w.unread_base) END AS unread
+    FROM walk_floors w CROSS JOIN checked c
 ),
 unseen_scan AS MATERIALIZED (
     SELECT count(*) AS n FROM (
@@ -373,11 +375,12 @@ unread_scan AS MATERIALIZED (
 walked AS MATERIALIZED (
     -- Entries from each floor up to the horizon, capped at the budget: what
     -- the next statement may carry over.
-    SELECT least(w.unseen_base + u.n, b.n) AS unseen_n,
+    SELECT least(w.unseen_base + u.n, c.budget) AS unseen_n,
            least(w.unread_base + CASE WHEN (w.unseen_tx, w.unseen_id) = (w.read_tx, w.read_id)
-                                      THEN u.n ELSE s.n END, b.n) AS unread_n,
-           b.n AS budget
-    FROM walk_floors w CROSS JOIN budget b CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
+                                      THEN u.n ELSE s.n END, c.budget) AS unread_n,
+           c.budget, c.purges, c.valid AS carried_over,
+           c.read_tx, c.read_id, c.unseen_tx, c.unseen_id
+    FROM walk_floors w CROSS JOIN checked c CROSS JOIN unseen_scan u CROSS JOIN unread_scan s
 )";
 
 /// Counts taken from positions instead of walked, by a statement handed a
@@ -399,16 +402,17 @@ walked AS MATERIALIZED (
 fn positions_walk(positions: &str, k: &str) -> String {
     format!(
         "
-walked AS MATERIALIZED (
-    SELECT least(b.unseen_n + w.unseen, bu.n) AS unseen_n,
-           least(b.unread_n + w.unread, bu.n) AS unread_n,
-           bu.n AS budget,
-           b.valid AND ((b.unseen_n >= bu.n AND b.unread_n >= bu.n) OR w.unread < {k}) AS carried_over
-    FROM base b CROSS JOIN budget bu CROSS JOIN (
-        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (f.unseen_tx, f.unseen_id)) AS unseen,
-               count(*) FILTER (WHERE (p.tx, p.id) > (f.read_tx, f.read_id)) AS unread
-        FROM {positions} p CROSS JOIN floors f CROSS JOIN base b
-        WHERE (p.tx, p.id) > (b.asof, 0::bigint)
+walked AS (
+    SELECT least(c.unseen_n + w.unseen, c.budget) AS unseen_n,
+           least(c.unread_n + w.unread, c.budget) AS unread_n,
+           c.budget, c.purges,
+           c.valid AND ((c.unseen_n >= c.budget AND c.unread_n >= c.budget) OR w.unread < {k}) AS carried_over,
+           c.read_tx, c.read_id, c.unseen_tx, c.unseen_id
+    FROM checked c CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (p.tx, p.id) > (c.unseen_tx, c.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (p.tx, p.id) > (c.read_tx, c.read_id)) AS unread
+        FROM {positions} p
+        WHERE (p.tx, p.id) > (c.asof, 0::bigint)
     ) w
 )"
     )
@@ -431,10 +435,10 @@ walked AS MATERIALIZED (
 /// answers. A base that does not hold, or is capped, scans nothing (k = 0).
 const NEW_POSITIONS: &str = "
 new_floor AS MATERIALIZED (
-    SELECT CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN b.asof ELSE f.read_tx END AS tx,
-           CASE WHEN (b.asof, 0::bigint) > (f.read_tx, f.read_id) THEN 0::bigint ELSE f.read_id END AS id,
-           CASE WHEN b.valid AND NOT (b.unseen_n >= bu.n AND b.unread_n >= bu.n) THEN bu.n ELSE 0 END AS k
-    FROM base b CROSS JOIN floors f CROSS JOIN budget bu
+    SELECT CASE WHEN (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN c.asof ELSE c.read_tx END AS tx,
+           CASE WHEN (c.asof, 0::bigint) > (c.read_tx, c.read_id) THEN 0::bigint ELSE c.read_id END AS id,
+           CASE WHEN c.valid AND NOT (c.unseen_n >= c.budget AND c.unread_n >= c.budget) THEN c.budget ELSE 0 END AS k
+    FROM checked c
 ),
 new_positions AS MATERIALIZED (
     SELECT * FROM (
@@ -460,23 +464,20 @@ new_positions AS MATERIALIZED (
     LIMIT (SELECT k FROM new_floor)
 )";
 
-/// The badges from what was walked (`walked`); `carried` says whether the
-/// statement's counts stand on the base it was handed.
-fn badges_cte(carried: &str) -> String {
-    format!(
-        "
+/// The badges from what was walked (`walked`, which also carries the floors,
+/// the purge counter and whether the statement's counts stand on the base it
+/// was handed), less the user's individually read items above each floor.
+const BADGES: &str = "
 badges AS MATERIALIZED (
-    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6
-                ELSE least($6, k.unseen_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.unseen_tx, f.unseen_id))) END AS unseen,
-           CASE WHEN k.unread_n >= k.budget THEN $6
-                ELSE least($6, k.unread_n - (SELECT count(*) FROM reads r CROSS JOIN floors f
-                                             WHERE (r.tx, r.id) > (f.read_tx, f.read_id))) END AS unread,
-           k.unseen_n, k.unread_n, k.budget, p.n AS purges, {carried} AS carried_over
-    FROM walked k CROSS JOIN purges p CROSS JOIN base b
-)"
-    )
-}
+    SELECT CASE WHEN k.unseen_n >= k.budget THEN $6 ELSE least($6, k.unseen_n - r.unseen) END AS unseen,
+           CASE WHEN k.unread_n >= k.budget THEN $6 ELSE least($6, k.unread_n - r.unread) END AS unread,
+           k.unseen_n, k.unread_n, k.budget, k.purges, k.carried_over
+    FROM walked k CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE (r.tx, r.id) > (k.unseen_tx, k.unseen_id)) AS unseen,
+               count(*) FILTER (WHERE (r.tx, r.id) > (k.read_tx, k.read_id)) AS unread
+        FROM reads r
+    ) r
+)";
 
 /// Which feed statement a page runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -489,6 +490,11 @@ pub enum PageKind {
     /// alerts) than the page's k = limit + 1: each source is scanned once,
     /// without a probe for its top first ([`first_page_kind`]).
     FirstFew,
+    /// The same page for a reader whose sources fit the page but whose teams
+    /// are enough for the tenant scan to find k entries in its budget
+    /// ([`first_page_kind`]): the tenant scan first ([`TENANT_SCAN`]), each
+    /// source scanned once ([`PageKind::FirstFew`]) only when it cannot tell.
+    FirstFewScanned,
     /// Newest first below a cursor.
     Before,
     /// Oldest first above a cursor (polling).
@@ -517,14 +523,28 @@ pub enum PageKind {
 /// first of its positions.
 fn page_ctes(kind: PageKind) -> String {
     if kind == PageKind::FirstFew {
-        return format!("{FIRST_FEW_PAGE}{PAGE_HEAD}\n{PAGE_ROWS}");
+        return format!(
+            "{page}{PAGE_HEAD}\n{PAGE_ROWS}",
+            page = first_few_page("", "")
+        );
+    }
+    if kind == PageKind::FirstFewScanned {
+        return format!(
+            "{scan}{page}{PAGE_HEAD}\n{PAGE_ROWS}",
+            scan = TENANT_SCAN.as_str(),
+            page = first_few_page(SCANNED_POSITIONS, UNLESS_SCAN_HOLDS)
+        );
     }
     let (dir, cmp, absent) = match kind {
-        PageKind::First | PageKind::FirstFew | PageKind::Before => ("DESC", ">=", "0::bigint"),
+        PageKind::First | PageKind::FirstFew | PageKind::FirstFewScanned | PageKind::Before => {
+            ("DESC", ">=", "0::bigint")
+        }
         PageKind::After => ("ASC", "<=", "9223372036854775807::bigint"),
     };
     let page_tops = match kind {
-        PageKind::First | PageKind::FirstFew => "page_tops AS (SELECT * FROM tops)".to_string(),
+        PageKind::First | PageKind::FirstFew | PageKind::FirstFewScanned => {
+            "page_tops AS (SELECT * FROM tops)".to_string()
+        }
         PageKind::Before | PageKind::After => format!(
             "
 page_tops AS MATERIALIZED (
@@ -553,8 +573,8 @@ page_tops AS MATERIALIZED (
     let (scan, scanned, probed, head) = if kind == PageKind::First {
         (
             TENANT_SCAN.to_string(),
-            "(SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))\n        UNION ALL\n        ",
-            "\n           AND NOT (SELECT holds FROM scan_holds)",
+            SCANNED_POSITIONS,
+            UNLESS_SCAN_HOLDS,
             format!("{PAGE_HEAD}\n"),
         )
     } else {
@@ -641,17 +661,23 @@ const PAGE_ROWS: &str = "page AS (
 /// are its newest, so they are among its k newest whenever there are any. A
 /// scan costs one descent and at most k index entries, whatever the join.
 /// `$7`..`$10` (the cursor bounds) are not used: a first page has none.
-const FIRST_FEW_PAGE: &str = "
+///
+/// [`PageKind::FirstFewScanned`] runs the tenant scan first: `scanned` is
+/// its branch of the positions and `unless_scan_holds` gates the sources'
+/// scans on it not holding (empty strings for [`PageKind::FirstFew`]).
+fn first_few_page(scanned: &str, unless_scan_holds: &str) -> String {
+    format!(
+        "
 page_positions AS MATERIALIZED (
     SELECT * FROM (
-        (SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
+        {scanned}(SELECT e.tx, e.id, false AS alert FROM teams t CROSS JOIN LATERAL (
             SELECT e.tx, e.id FROM events e
             WHERE e.tenant_id = $1 AND e.team_id = t.team_id
               AND e.tx < (SELECT tx FROM horizon)
             ORDER BY e.tx DESC, e.id DESC
             LIMIT $11
          ) e
-         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id))
+         WHERE (e.tx, e.id) > (t.joined_tx, t.joined_id){unless_scan_holds})
         UNION ALL
         (SELECT i.tx, i.id, true FROM inbox_items i
          WHERE i.tenant_id = $1 AND i.recipient_id = $2
@@ -662,7 +688,18 @@ page_positions AS MATERIALIZED (
     ORDER BY tx DESC, id DESC
     LIMIT $11
 ),
-";
+"
+    )
+}
+
+/// The tenant scan's positions ([`TENANT_SCAN`]) as a branch of a page's
+/// positions, when it holds; and the gate of the branches that run only when
+/// it does not (a one-time filter: their scans or probes do not run at all).
+const SCANNED_POSITIONS: &str =
+    "(SELECT s.tx, s.id, false AS alert FROM scanned s WHERE (SELECT holds FROM scan_holds))
+        UNION ALL
+        ";
+const UNLESS_SCAN_HOLDS: &str = "\n           AND NOT (SELECT holds FROM scan_holds)";
 
 /// The head of a first page that holds the feed's k newest positions: the
 /// first of them.
@@ -671,12 +708,14 @@ const PAGE_HEAD: &str = "page_head AS (
 ),";
 
 /// The first page of a reader with more sources than k ([`PageKind::First`]),
-/// before any source is probed: one index-only scan of the tenant's newest
+/// or with teams enough for 4 entries each to make k
+/// ([`PageKind::FirstFewScanned`]), before any source is probed or
+/// scanned: one index-only scan of the tenant's newest
 /// entries (`events (tenant_id, tx, id) INCLUDE (team_id)`, migration 0021),
 /// keeping those of the reader's teams (a hash of the team ids, built once
 /// per statement), up to k of them, and at most 4 entries per team of the
 /// reader in all. The join positions filter those k outside the LIMIT (as in
-/// [`FIRST_FEW_PAGE`]: exact, since a team's positions after the join are its
+/// [`first_few_page`]: exact, since a team's positions after the join are its
 /// newest). What is kept is a prefix of the reader's feed of events, newest
 /// first: every entry above the last one read was looked at. So when all k
 /// are kept (`scan_holds`), they are the feed's k newest events, the page
@@ -687,16 +726,19 @@ const PAGE_HEAD: &str = "page_head AS (
 /// 4 × teams entries, the tenant has fewer entries than that, or one of the
 /// k was written before the reader joined its team — the scan cannot tell,
 /// and the page is the per-source one of [`page_ctes`] (tops probed, the
-/// k-th prunes), gated on `scan_holds` so that its probes run only then:
-/// at most 4 entries per team more than before this scan. Both branches
-/// read one snapshot.
-const TENANT_SCAN: &str = "scan_page AS MATERIALIZED (
+/// k-th prunes; [`first_few_page`]'s single scans when the sources fit the
+/// page), gated on `scan_holds` so that its probes run only then: at most 4
+/// entries per team more than without this scan. Both branches read one
+/// snapshot.
+static TENANT_SCAN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "scan_page AS MATERIALIZED (
     SELECT s.tx, s.id, s.team_id FROM (
         SELECT e.tx, e.id, e.team_id, e.team_id IN (SELECT t.team_id FROM teams t) AS mine
         FROM events e
         WHERE e.tenant_id = $1 AND e.tx < (SELECT tx FROM horizon)
         ORDER BY e.tx DESC, e.id DESC
-        LIMIT 4 * cardinality($3::text[])
+        LIMIT {TENANT_SCAN_ENTRIES_PER_TEAM} * cardinality($3::text[])
     ) s
     WHERE s.mine
     LIMIT $11
@@ -708,16 +750,27 @@ scanned AS MATERIALIZED (
 scan_holds AS MATERIALIZED (
     SELECT count(*) >= $11 AS holds FROM scanned
 ),
-";
+"
+    )
+});
 
-/// Which statement a first page runs: [`PageKind::FirstFew`] when the
-/// reader's sources (`teams` and the alerts) are no more than the page's
-/// k = `limit` + 1, else [`PageKind::First`].
+/// The tenant scan reads at most this many of the tenant's newest entries
+/// per team of the reader ([`TENANT_SCAN`]).
+const TENANT_SCAN_ENTRIES_PER_TEAM: usize = 4;
+
+/// Which statement a first page runs: [`PageKind::First`] when the reader's
+/// sources (`teams` and the alerts) are more than the page's k = `limit` + 1;
+/// else [`PageKind::FirstFewScanned`] when the tenant scan's budget (4 entries
+/// per team) can hold k entries, and [`PageKind::FirstFew`] when it cannot:
+/// a reader of few teams would pay the scan's start-up for nothing.
 pub fn first_page_kind(teams: usize, limit: u32) -> PageKind {
-    if teams < limit as usize + 1 {
-        PageKind::FirstFew
-    } else {
+    let k = limit as usize + 1;
+    if teams >= k {
         PageKind::First
+    } else if TENANT_SCAN_ENTRIES_PER_TEAM * teams >= k {
+        PageKind::FirstFewScanned
+    } else {
+        PageKind::FirstFew
     }
 }
 
@@ -730,12 +783,14 @@ fn feed_sql(kind: PageKind) -> String {
 /// in it (they cost executor start-up even when they walk nothing).
 fn feed_sql_with(kind: PageKind, carried: bool) -> String {
     let dir = match kind {
-        PageKind::First | PageKind::FirstFew | PageKind::Before => "DESC",
+        PageKind::First | PageKind::FirstFew | PageKind::FirstFewScanned | PageKind::Before => {
+            "DESC"
+        }
         PageKind::After => "ASC",
     };
     let ctes = if carried {
         // The page before the counts, which read its positions.
-        let tops = if kind == PageKind::FirstFew {
+        let tops = if matches!(kind, PageKind::FirstFew | PageKind::FirstFewScanned) {
             String::new()
         } else {
             format!("{TOPS}, ")
@@ -745,7 +800,7 @@ fn feed_sql_with(kind: PageKind, carried: bool) -> String {
             page = page_ctes(kind),
             walk = positions_walk("page_positions", "$11"),
             check = counts_check_ctes("$13"),
-            badges = badges_cte("k.carried_over")
+            badges = BADGES
         )
     } else {
         format!(
@@ -769,7 +824,10 @@ CROSS JOIN badges c
 LEFT JOIN {head} h ON true
 LEFT JOIN page p ON true
 ORDER BY p.tx {dir}, p.id {dir}",
-        head = if matches!(kind, PageKind::First | PageKind::FirstFew) {
+        head = if matches!(
+            kind,
+            PageKind::First | PageKind::FirstFew | PageKind::FirstFewScanned
+        ) {
             "page_head"
         } else {
             "head"
@@ -780,12 +838,16 @@ ORDER BY p.tx {dir}, p.id {dir}",
 
 static FEED_FIRST: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::First));
 static FEED_FIRST_FEW: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::FirstFew));
+static FEED_FIRST_FEW_SCANNED: LazyLock<String> =
+    LazyLock::new(|| feed_sql(PageKind::FirstFewScanned));
 static FEED_BEFORE: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::Before));
 static FEED_AFTER: LazyLock<String> = LazyLock::new(|| feed_sql(PageKind::After));
 static FEED_FIRST_CARRIED: LazyLock<String> =
     LazyLock::new(|| feed_sql_with(PageKind::First, true));
 static FEED_FIRST_FEW_CARRIED: LazyLock<String> =
     LazyLock::new(|| feed_sql_with(PageKind::FirstFew, true));
+static FEED_FIRST_FEW_SCANNED_CARRIED: LazyLock<String> =
+    LazyLock::new(|| feed_sql_with(PageKind::FirstFewScanned, true));
 
 /// The counts statement's answer, whichever way it counted.
 const STATUS_SELECT: &str = "
@@ -812,8 +874,8 @@ static STATUS_CARRIED_SQL: LazyLock<String> = LazyLock::new(|| {
         "WITH {prelude}, {check}, {NEW_POSITIONS}, {walk}, {badges}{STATUS_SELECT}",
         prelude = prelude("$7"),
         check = counts_check_ctes("$8"),
-        walk = positions_walk("new_positions", "bu.n"),
-        badges = badges_cte("k.carried_over")
+        walk = positions_walk("new_positions", "c.budget"),
+        badges = BADGES
     )
 });
 
@@ -848,16 +910,19 @@ pub fn feed_page_sql(kind: PageKind) -> &'static str {
     match kind {
         PageKind::First => &FEED_FIRST,
         PageKind::FirstFew => &FEED_FIRST_FEW,
+        PageKind::FirstFewScanned => &FEED_FIRST_FEW_SCANNED,
         PageKind::Before => &FEED_BEFORE,
         PageKind::After => &FEED_AFTER,
     }
 }
 
 /// The SQL of a first page handed a counts base ([`read_first_page_carried`]),
-/// for EXPLAIN in measurements and tests: `First` or `FirstFew`.
+/// for EXPLAIN in measurements and tests: `First`, `FirstFew` or
+/// `FirstFewScanned`.
 pub fn feed_page_carried_sql(kind: PageKind) -> &'static str {
     match kind {
         PageKind::FirstFew => &FEED_FIRST_FEW_CARRIED,
+        PageKind::FirstFewScanned => &FEED_FIRST_FEW_SCANNED_CARRIED,
         _ => &FEED_FIRST_CARRIED,
     }
 }
