@@ -1,10 +1,12 @@
 -- GET /v1/feed first page (no cursor, sources fit the page, counts carried
--- over) as the server ran it before the counts' small CTEs were folded into
--- one row (main at 2724476): floors, budget, purges and base each a CTE, the
+-- over) as the server ran it before such a page scanned the tenant's newest
+-- entries first (PageKind::FirstFewScanned) and before the counts' small CTEs
+-- were folded into one row (main at 2724476): each source scanned once, its
+-- positions sorted to keep k; floors, budget, purges and base each a CTE, the
 -- counts from the page and the badges two more, each joined to the others
 -- (about 75 plan nodes started at every execution). Kept to measure against
 -- in the same run; parameters as feed_page.sql.
--- reference: the first page statement before the counts were folded (2724476)
+-- reference: the first page statement before the tenant scan and the folded counts (2724476)
 WITH 
 horizon AS MATERIALIZED (
     SELECT CASE WHEN pg_is_in_recovery()

@@ -45,5 +45,4 @@ WITH r AS MATERIALIZED (
           AND d.status IN ('pending', 'retrying', 'sending')
         RETURNING 1
         )
-        SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM other)
-;
+        SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM other);

@@ -25,8 +25,9 @@
 //! (feed_counts_v2.sql), before the wide reader's first page scanned the
 //! tenant's newest events instead of probing every team
 //! (feed_page_many_v2.sql; ratio "wide reader's first page SQL ÷ before the
-//! tenant scan"), and before the counts' small CTEs were folded into one
-//! row (feed_page_v4.sql). The 20-team reader's first page runs feed_page.sql
+//! tenant scan"), and before a first page whose sources fit it scanned the
+//! tenant first and the counts' small CTEs were folded into one row
+//! (feed_page_v4.sql). The 20-team reader's first page runs feed_page.sql
 //! (sources fit the page), the wide reader's feed_page_many.sql, the counts
 //! feed_counts.sql; all with the counts carried over, as every request here
 //! but the first. feed_page_walk.sql and feed_counts_walk.sql are the
@@ -356,7 +357,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             against: FIRST,
         },
         Reference {
-            name: "first page SQL before the counts were folded into one row",
+            name: "first page SQL before the tenant scan on pages whose sources fit them and the counts' check in one row",
             script: "feed_page_v4",
             vars: reader.vars(None, Some(20), Carry::Over),
             against: FIRST,
