@@ -177,8 +177,9 @@ pub enum System {
     HalfFull,
     Before,
     /// Today's claim with a completion that moves `sent` rows out of the hot
-    /// table (bench/sql/outbox_complete_moved.sql), the experiment before it
-    /// landed as today's (no longer run; kept so that its plots can be redrawn).
+    /// table, the experiment before it landed as today's (migration 0022;
+    /// its statement is bench/sql/outbox_complete.sql's). No longer run; kept
+    /// so that its runs' plots can be redrawn.
     MovedOut,
     /// Today's claim with the completion before the move (sent rows updated
     /// in place, bench/sql/outbox_complete_v2.sql): the move's same-run before.
@@ -1052,7 +1053,7 @@ fn summarise(
         (
             System::MovedOut,
             "sent rows moved out ÷ outbox",
-            "the experiment's msgs/s: today's claim with a completion that moves sent rows to deliveries_sent (bench/sql/outbox_complete_moved.sql), same run",
+            "the experiment's msgs/s: today's claim with a completion that moves sent rows to deliveries_sent (the statement that became outbox_complete.sql), same run",
         ),
         (
             System::InPlace,
@@ -1246,8 +1247,9 @@ fn summarise(
             "Tidings, sent rows moved out (experiment): today's claim with a completion that \
              deletes a sent delivery from `deliveries` and inserts it into `deliveries_sent` \
              (primary key and the alert's listing index, filled full), as pgmq's archive does; \
-             other outcomes update in place (bench/sql/outbox_complete_moved.sql), on a copy of \
-             the migrated table. Not what the server runs."
+             other outcomes update in place (the statement that became \
+             bench/sql/outbox_complete.sql with migration 0022), on a copy of the migrated \
+             table."
                 .into(),
         );
     }
