@@ -17,6 +17,10 @@ pub mod defaults {
 
     pub const DATA_DIR: &str = ".tidings";
     pub const DB_MAX_CONNECTIONS: u32 = 16;
+    /// Two: in the lab (bench/README.md, "the pipeline") two shared
+    /// connections carried 16 concurrent statements at 1.2-1.4x pgbench's
+    /// rate; four were no faster, one was slower.
+    pub const DB_PIPELINE_CONNECTIONS: usize = 2;
     /// How long a request waits for a pooled connection (and for its
     /// tenant's share of the pool) before it is answered 503.
     pub const DB_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -182,6 +186,12 @@ pub struct DatabaseArgs {
     /// Maximum connections in the pool.
     #[arg(long, env = "TIDINGS_DB_MAX_CONNECTIONS", default_value_t = defaults::DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
+    /// Connections, besides the pool, on which concurrent single statements
+    /// of constant cost (today the readiness probe's) are pipelined
+    /// (ARCHITECTURE.md, "The pipeline"). 0: none, those statements use the
+    /// pool. Never used behind TIDINGS_DATABASE_POOLER=transaction.
+    #[arg(long, env = "TIDINGS_DB_PIPELINE_CONNECTIONS", default_value_t = defaults::DB_PIPELINE_CONNECTIONS)]
+    pub db_pipeline_connections: usize,
     /// `statement_timeout` of every pooled session, in ms (0: none): a
     /// statement running longer is cancelled and its request answered 503
     /// `database_timeout`. Migrations run without it.

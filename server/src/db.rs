@@ -1,6 +1,6 @@
 //! Connecting to PostgreSQL and applying the schema.
 
-use std::{borrow::Cow, time::Duration};
+use std::{borrow::Cow, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use futures::{future::BoxFuture, stream::BoxStream, StreamExt, TryStreamExt};
@@ -11,7 +11,10 @@ use sqlx::{
     Connection, Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, Transaction,
 };
 
-use crate::config::{DatabaseArgs, Pooler, SessionTimeouts};
+use crate::{
+    config::{DatabaseArgs, Pooler, SessionTimeouts},
+    pipeline::{Pipeline, PipelineError},
+};
 
 /// The schema, embedded at compile time from `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -90,6 +93,9 @@ pub struct PrimaryPool {
     sessions: PgPool,
     /// Behind a transaction pooler: the statement that opens every transaction.
     begin: Option<String>,
+    /// Shared connections for single statements of constant cost
+    /// (`crate::pipeline`); none behind a transaction pooler.
+    pipeline: Option<Arc<Pipeline>>,
 }
 
 impl PrimaryPool {
@@ -99,7 +105,14 @@ impl PrimaryPool {
             sessions: pool.clone(),
             pool,
             begin: None,
+            pipeline: None,
         }
+    }
+
+    /// The same pool, with `pipeline` for the statements that may use one.
+    pub fn with_pipeline(mut self, pipeline: Option<Pipeline>) -> Self {
+        self.pipeline = pipeline.map(Arc::new);
+        self
     }
 
     /// The sqlx pool underneath: for its size and for closing it.
@@ -349,10 +362,17 @@ pub async fn connect_primary(
             .context("TIDINGS_DATABASE_LISTEN_URL")?,
         None => pool.clone(),
     };
+    // Named prepared statements do not outlive a transaction behind a
+    // transaction pooler (`crate::pipeline`): no pipeline there.
+    let pipeline = match begin {
+        None => Pipeline::new(url, args.db_pipeline_connections, timeouts)?,
+        Some(_) => None,
+    };
     Ok(PrimaryPool {
         pool,
         sessions,
         begin,
+        pipeline: pipeline.map(Arc::new),
     })
 }
 
@@ -443,22 +463,41 @@ async fn accept_comment_rewrites(pool: &PgPool, migrator: &Migrator) -> anyhow::
     Ok(())
 }
 
+/// The readiness probe's statement: constant cost, so it may run on the
+/// pipeline (`crate::pipeline`). bench/sql/readyz.sql is its pgbench twin.
+const MIGRATIONS_APPLIED_SQL: &str = "SELECT count(*) FROM _sqlx_migrations WHERE success";
+
 /// True when every migration this binary knows is applied, successfully.
-pub async fn migrations_applied(pool: &PrimaryPool) -> Result<bool, sqlx::Error> {
+/// On the pipeline when there is one and it can connect, else on the pool.
+pub async fn migrations_applied(pool: &PrimaryPool) -> anyhow::Result<bool> {
     let expected = migrator()
         .iter()
         .filter(|m| m.migration_type.is_up_migration())
         .count() as i64;
-    let applied: Option<i64> =
-        sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-            .fetch_optional(pool)
+    let pipelined = match &pool.pipeline {
+        Some(pipeline) => match pipeline.query_one(MIGRATIONS_APPLIED_SQL, &[]).await {
+            Ok(row) => Some(Ok(row.try_get::<_, i64>(0)?)),
+            Err(PipelineError::Unavailable(_)) => None,
+            Err(PipelineError::Statement(err)) => Some(Err(err)),
+        },
+        None => None,
+    };
+    let applied = match pipelined {
+        Some(Ok(applied)) => applied,
+        // No migrations table yet: nothing applied.
+        Some(Err(err)) if err.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            0
+        }
+        Some(Err(err)) => return Err(err.into()),
+        None => sqlx::query_scalar(MIGRATIONS_APPLIED_SQL)
+            .fetch_one(pool)
             .await
             .or_else(|err| match &err {
-                // No migrations table yet: nothing applied.
-                sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(Some(0)),
+                sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(0),
                 _ => Err(err),
-            })?;
-    Ok(applied.unwrap_or(0) >= expected)
+            })?,
+    };
+    Ok(applied >= expected)
 }
 
 /// Opens the configured database, or starts the embedded one when no URL is set.
@@ -502,5 +541,13 @@ pub async fn open(
         args.session_timeouts(),
     )
     .await?;
-    Ok((PrimaryPool::direct(pool), Some(embedded)))
+    let pipeline = Pipeline::new(
+        &embedded.url("tidings"),
+        args.db_pipeline_connections,
+        args.session_timeouts(),
+    )?;
+    Ok((
+        PrimaryPool::direct(pool).with_pipeline(pipeline),
+        Some(embedded),
+    ))
 }

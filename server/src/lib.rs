@@ -31,6 +31,7 @@ pub mod nats_inbox;
 pub mod outbox;
 pub mod paging;
 pub mod payload;
+pub mod pipeline;
 pub mod replicas;
 pub mod request_id;
 pub mod retention;

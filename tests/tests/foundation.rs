@@ -30,6 +30,79 @@ async fn readiness_fails_when_migrations_are_missing() {
     assert_eq!(body["check"], "migrations", "the failed check is named");
 }
 
+/// The readiness statement runs on the pipeline's shared connections
+/// (server/src/pipeline.rs), which connect at their first statement, one per
+/// slot in turn; ended under it (a restart, a terminated backend), the
+/// pipeline connects again and the probe does not fail.
+#[tokio::test]
+async fn readiness_runs_on_the_pipeline_which_connects_again_when_its_sessions_end() {
+    let (app, db) = TestApp::spawn().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    assert_eq!(
+        sql::pipeline_sessions(&pool).await,
+        Vec::<i32>::new(),
+        "lazy"
+    );
+    for _ in 0..4 {
+        app.public().ready().expect(200).await;
+    }
+    let first = sql::pipeline_sessions(&pool).await;
+    assert_eq!(first.len(), 2, "two connections by default: {first:?}");
+
+    for pid in &first {
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    for _ in 0..100 {
+        if sql::pipeline_sessions(&pool).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..4 {
+        app.public().ready().expect(200).await;
+    }
+    let again = sql::pipeline_sessions(&pool).await;
+    assert_eq!(again.len(), 2, "{again:?}");
+    assert!(
+        again.iter().all(|pid| !first.contains(pid)),
+        "new sessions: {first:?} then {again:?}"
+    );
+
+    // Still the statement's answer: a missing migration, and no migrations
+    // table at all, are "pending", not "unreachable".
+    sql::forget_last_migration(&pool).await;
+    let body = app.public().ready().expect(503).await;
+    assert_eq!(body["check"], "migrations", "{body}");
+    sqlx::query("ALTER TABLE _sqlx_migrations RENAME TO _sqlx_migrations_away")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let body = app.public().ready().expect(503).await;
+        assert_eq!(body["check"], "migrations", "{body}");
+    }
+}
+
+/// With `TIDINGS_DB_PIPELINE_CONNECTIONS=0` the readiness statement runs on
+/// the pool, with the same answers.
+#[tokio::test]
+async fn with_no_pipeline_readiness_runs_on_the_pool() {
+    let (app, db) =
+        TestApp::spawn_with(AppOptions::env([("TIDINGS_DB_PIPELINE_CONNECTIONS", "0")]))
+            .await
+            .unwrap();
+    let pool = db.pool().await.unwrap();
+    app.public().ready().expect(200).await;
+    assert_eq!(sql::pipeline_sessions(&pool).await, Vec::<i32>::new());
+    sql::forget_last_migration(&pool).await;
+    let body = app.public().ready().expect(503).await;
+    assert_eq!(body["check"], "migrations", "{body}");
+}
+
 #[tokio::test]
 async fn docs_and_openapi_json_are_served() {
     let (app, _db) = TestApp::spawn().await.unwrap();

@@ -651,6 +651,14 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
             "instance {i} read from the standbys"
         );
     }
+    // Every instance answered /readyz (standby_reads) through the pooler,
+    // where prepared statements do not outlive a transaction: none of them
+    // made a pipeline (server/src/pipeline.rs).
+    assert_eq!(
+        sql::pipeline_sessions(&pool).await.len(),
+        0,
+        "no pipeline behind a transaction pooler"
+    );
 }
 
 /// The cluster's PgBouncer really pools by transaction (what the test above
