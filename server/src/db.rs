@@ -372,8 +372,9 @@ pub async fn connect_primary(
         pool,
         sessions,
         begin,
-        pipeline: pipeline.map(Arc::new),
-    })
+        pipeline: None,
+    }
+    .with_pipeline(pipeline))
 }
 
 /// The migrations this binary applies. A database may already hold later
