@@ -114,10 +114,9 @@ impl std::fmt::Debug for Pipeline {
 #[derive(Default)]
 struct Slot {
     live: Mutex<Option<Arc<Session>>>,
-    /// Held while connecting: one attempt at a time per slot.
-    connecting: tokio::sync::Mutex<()>,
-    /// After a failed attempt: until when, and why.
-    refused: Mutex<Option<(Instant, String)>>,
+    /// Held while connecting (one attempt at a time per slot); it keeps the
+    /// last failed attempt's pause: until when, and why.
+    connecting: tokio::sync::Mutex<Option<(Instant, String)>>,
 }
 
 struct Session {
@@ -208,30 +207,26 @@ impl Slot {
         if let Some(session) = self.current() {
             return Ok(session);
         }
-        let _connecting = self.connecting.lock().await;
+        let mut refused = self.connecting.lock().await;
         // Another caller may have connected while this one waited.
         if let Some(session) = self.current() {
             return Ok(session);
         }
-        {
-            let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((until, why)) = refused.as_ref() {
-                if Instant::now() < *until {
-                    return Err(PipelineError::Unavailable(why.clone()));
-                }
+        if let Some((until, why)) = refused.as_ref() {
+            if Instant::now() < *until {
+                return Err(PipelineError::Unavailable(why.clone()));
             }
         }
         match pipeline.connect().await {
             Ok(session) => {
                 let session = Arc::new(session);
                 *self.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
-                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *refused = None;
                 Ok(session)
             }
             Err(why) => {
                 tracing::warn!(error = %why, "pipeline cannot connect; its statements use the pool");
-                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((Instant::now() + RETRY_CONNECT_AFTER, why.clone()));
+                *refused = Some((Instant::now() + RETRY_CONNECT_AFTER, why.clone()));
                 Err(PipelineError::Unavailable(why))
             }
         }
