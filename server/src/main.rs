@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
 /// mimalloc rather than glibc's malloc: a request allocates and frees many
-/// small buffers (rows, JSON, headers) across two worker threads, and glibc's
-/// arenas spent ~14 % of the service's CPU on it under feed reads
-/// (bench/README.md, "the service's allocator").
+/// small buffers (rows, JSON, headers) on two worker threads, and glibc's
+/// malloc took ~14 % of the service's CPU under feed reads (bench/README.md,
+/// "the service's allocator and build").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
