@@ -249,6 +249,21 @@ pub struct SessionTimeouts {
     pub lock: Duration,
 }
 
+impl SessionTimeouts {
+    /// The timeouts as statements for one simple-query message: for the
+    /// session, or (`local`) for the current transaction only. The one place
+    /// their text is written: the pool's sessions, the transactions behind a
+    /// transaction pooler and the pipeline's sessions all run it.
+    pub fn set_statements(&self, local: bool) -> String {
+        let scope = if local { "LOCAL " } else { "" };
+        format!(
+            "SET {scope}statement_timeout = {}; SET {scope}lock_timeout = {}",
+            self.statement.as_millis(),
+            self.lock.as_millis()
+        )
+    }
+}
+
 impl DatabaseArgs {
     pub fn session_timeouts(&self) -> SessionTimeouts {
         SessionTimeouts {

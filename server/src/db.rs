@@ -38,14 +38,9 @@ const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 pub fn with_session_timeouts(options: PgPoolOptions, timeouts: SessionTimeouts) -> PgPoolOptions {
     options.after_connect(move |conn, _meta| {
         Box::pin(async move {
-            sqlx::query(
-                "SELECT set_config('statement_timeout', $1, false),
-                        set_config('lock_timeout', $2, false)",
-            )
-            .bind(timeouts.statement.as_millis().to_string())
-            .bind(timeouts.lock.as_millis().to_string())
-            .execute(conn)
-            .await?;
+            // A string without arguments goes as one simple-query message.
+            let set = timeouts.set_statements(false);
+            conn.execute(set.as_str()).await?;
             Ok(())
         })
     })
@@ -55,11 +50,7 @@ pub fn with_session_timeouts(options: PgPoolOptions, timeouts: SessionTimeouts) 
 /// the session timeouts as `SET LOCAL`, in the same round trip as `BEGIN`
 /// (one simple-query message).
 fn begin_with_timeouts(timeouts: SessionTimeouts) -> String {
-    format!(
-        "BEGIN; SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}",
-        timeouts.statement.as_millis(),
-        timeouts.lock.as_millis()
-    )
+    format!("BEGIN; {}", timeouts.set_statements(true))
 }
 
 /// The pool of the primary, as every service and worker uses it: an executor

@@ -175,11 +175,7 @@ impl Pipeline {
             });
             // As the pool's sessions have them (`db::with_session_timeouts`).
             client
-                .batch_execute(&format!(
-                    "SET statement_timeout = {}; SET lock_timeout = {}",
-                    self.timeouts.statement.as_millis(),
-                    self.timeouts.lock.as_millis()
-                ))
+                .batch_execute(&self.timeouts.set_statements(false))
                 .await?;
             Ok::<_, tokio_postgres::Error>(client)
         };

@@ -482,21 +482,22 @@ pub async fn end_previous_secret_grace(pool: &PgPool, endpoint_id: &str) {
     );
 }
 
-/// Stage: forgets the newest applied migration, so the binary knows more
-/// migrations than the database has.
 /// The backend pids of the server's pipeline sessions on `pool`'s database
 /// (server/src/pipeline.rs: they name themselves in `pg_stat_activity`).
 pub async fn pipeline_sessions(pool: &PgPool) -> Vec<i32> {
     sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity
-          WHERE datname = current_database() AND application_name = 'tidings pipeline'
+          WHERE datname = current_database() AND application_name = $1
           ORDER BY pid",
     )
+    .bind(tidings_server::pipeline::APPLICATION_NAME)
     .fetch_all(pool)
     .await
     .expect("pipeline sessions")
 }
 
+/// Stage: forgets the newest applied migration, so the binary knows more
+/// migrations than the database has.
 pub async fn forget_last_migration(pool: &PgPool) {
     sqlx::query(
         "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
