@@ -1,4 +1,4 @@
--- Issue 11 (hardening): the NATS inbox keyed by tenant, per-user token
+-- Hardening: the NATS inbox keyed by tenant, per-user token
 -- revocation, and signing-secret rotation.
 
 -- The NATS inbox: the tenant comes from the message's subject and message ids

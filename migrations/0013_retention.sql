@@ -1,4 +1,4 @@
--- Retention (issue 14): how long a tenant's feed keeps its events and in-app
+-- Retention: how long a tenant's feed keeps its events and in-app
 -- items, and the one index the purge needs that no query had yet.
 --
 -- Expand-only: a column with no default to rewrite and an index; an older

@@ -1,4 +1,4 @@
--- Limits per tenant (issue 11): a tenant's own token-bucket rates, where they
+-- Limits per tenant: a tenant's own token-bucket rates, where they
 -- differ from the server's defaults (TIDINGS_RATE_*). One row per bucket the
 -- operator set (PUT /v1/admin/tenants/{id}/rate-limits); a bucket without a
 -- row takes the default. Every instance reads the rows (cached for seconds)

@@ -1,4 +1,4 @@
--- A lean outbox (issue 15; ARCHITECTURE.md, "The deliveries table").
+-- A lean outbox (ARCHITECTURE.md, "The deliveries table").
 --
 -- Every delivery is written once (the alert's transaction) and updated twice
 -- (claim, result). Before this migration each update wrote a new entry into

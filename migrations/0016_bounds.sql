@@ -1,4 +1,4 @@
--- Bounded work per request (issue 11; ARCHITECTURE.md, "Bounded work per
+-- Bounded work per request (ARCHITECTURE.md, "Bounded work per
 -- request"): an alert to named recipients whose plan writes more delivery rows
 -- than one transaction may (TIDINGS_ALERT_BATCH_DELIVERIES) is written by the
 -- background expansion, in batches, like a large team's. Its job carries the

@@ -1,4 +1,4 @@
--- Incremental badge counts (issue 12; ARCHITECTURE.md, "The feed statement",
+-- Incremental badge counts (ARCHITECTURE.md, "The feed statement",
 -- Badges): an instance keeps, per user, the counts of an earlier feed
 -- statement and the position they were counted up to, and a later statement
 -- walks only what is newer. Items below that position are final (invariant

@@ -1,4 +1,4 @@
--- Notifications keyed by their natural key (issue 12; ARCHITECTURE.md,
+-- Notifications keyed by their natural key (ARCHITECTURE.md,
 -- invariant 4 and "The deliveries table").
 --
 -- Number 0018 is skipped: a migration of that number (deliveries filled to a

@@ -1,6 +1,5 @@
--- Fewer checks and index entries per alert row (issue 12, ingest;
--- ARCHITECTURE.md, "The write path's per-row cost"; bench/README.md,
--- "Findings: the write path's per-row cost").
+-- Fewer checks and index entries per alert row (ARCHITECTURE.md,
+-- "The write path's per-row cost"; bench/findings/ingest.md).
 --
 -- An alert of 1,000 rows writes 1,000 notifications, 1,000 deliveries and
 -- (half of them in-app) 500 inbox items in one transaction. Until now each

@@ -1,5 +1,5 @@
 -- A first page of a reader in many teams scans the tenant's newest events
--- once instead of probing every team (issue 12; ARCHITECTURE.md, "The feed
+-- once instead of probing every team (ARCHITECTURE.md, "The feed
 -- statement"): newest first within the tenant, the team id carried in the
 -- index so the scan keeps the reader's teams without reading rows.
 --

@@ -1,5 +1,5 @@
--- Sent deliveries leave the hot table (issue 15; ARCHITECTURE.md, "The
--- deliveries table"; bench/README.md, "Findings: the completion as a move").
+-- Sent deliveries leave the hot table (ARCHITECTURE.md, "The
+-- deliveries table"; bench/findings/outbox.md).
 --
 -- The outbox's completion of a `sent` delivery deletes it from `deliveries`
 -- and inserts it here, in one statement (store::outbox, as pgmq's archive

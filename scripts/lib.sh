@@ -25,6 +25,18 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 }
 
+# A port of this checkout's own for a private server, from a path in it: the
+# same FNV-1a as tests/src/checkout_port.rs (a test holds the two equal), so
+# two checkouts on one machine never share a cluster. 20000-31999 in steps of 8.
+checkout_port() { # path
+  python3 -c '
+import sys
+h = 0xcbf29ce484222325
+for b in sys.argv[1].encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+print(20000 + (h % 1500) * 8)' "$1"
+}
+
 pg_bin_dir() {
   # Directory with initdb and postgres: PATH first, then Debian's layout.
   if command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; then
@@ -170,6 +182,31 @@ ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     apt_install cargo rustc
   fi
+}
+
+# The builds the scripts share, one command per binary. Cargo unifies features
+# over the packages a command names (and, once any test or example is built,
+# their dev-dependencies), so two commands naming different packages can build
+# one binary twice with different dependency features, each build replacing
+# the other at the same path (target/*/tidings). Hence one command here per
+# binary, for every script that builds one.
+
+# target/release/tidings, without test hooks: scripts/run, and scripts/bench
+# --tier M before it builds the harness on its own (`-p tidings-bench` builds
+# the server's library, not its binary).
+build_release_server() {
+  cargo build --release --locked -p tidings-server "$@"
+}
+
+# target/debug/tidings (with the test hooks the tests crate turns on),
+# target/debug/tidings-bench and core's crosscheck example, exactly as
+# scripts/test's `cargo build --workspace --all-targets` builds them: the
+# same packages, and --examples resolves the dev-dependencies' features as
+# --all-targets does, without compiling the test targets. (Checked: the
+# three units are the same in both commands' `--unit-graph`, and a build with
+# --all-targets right after this one finds them fresh.)
+build_dev_binaries() {
+  cargo build --locked --workspace --bins --examples "$@"
 }
 
 ensure_node() {

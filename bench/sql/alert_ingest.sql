@@ -5,7 +5,7 @@
 -- unique keys, ids and the column arrays for each transaction: the baseline pays
 -- that one extra round trip, the service pays key derivation in Rust instead.
 -- source: server/src/store/alerts.rs
--- source: server/src/store/deliveries.rs
+-- source-fn: tidings_server::store::deliveries::insert_deliveries_sql()
 -- source: server/src/store/webhook_endpoints.rs
 -- source: server/src/store/notify.rs
 SELECT pg_try_advisory_xact_lock($1);

@@ -1,11 +1,11 @@
--- POST /v1/alerts' statements as the server ran them before issue 15 (main at
--- b00dfa1): the deliveries insert with ON CONFLICT DO NOTHING, against a
+-- POST /v1/alerts' statements as the server ran them before the lean outbox
+-- (migration 0015; main at b00dfa1): the deliveries insert with ON CONFLICT DO NOTHING, against a
 -- deliveries table with the indexes of migrations 0005–0013, and notifications
 -- and inbox items keyed by the digest (as before migration 0019: these
 -- statements name those keys). The ingest workload runs it beside
 -- alert_ingest.sql, each on fresh copies of its tables, for the same-run
 -- before/after of the write path's SQL.
--- reference: the statements before issue 15 (b00dfa1)
+-- reference: the statements before the lean outbox (b00dfa1)
 SELECT pg_try_advisory_xact_lock($1);
 INSERT INTO notifications
              (tenant_id, key, readable_key, alert_id, event_type, entity_id, recipient_id, channel)

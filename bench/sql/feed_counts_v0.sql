@@ -1,8 +1,8 @@
--- GET /v1/feed/counts as the server ran it before issue 12
+-- GET /v1/feed/counts as the server ran it before the feed rewrite
 -- (main at fc5e7de): every team's 21 full rows, then the page; two badge passes
 -- with an `item_reads` probe per entry. Kept to measure the rewrite against in
 -- the same run; same parameters as feed_counts.sql.
--- reference: the statement before issue 12 (fc5e7de)
+-- reference: the statement before the feed rewrite (fc5e7de)
 WITH 
 snap AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin

@@ -5,7 +5,7 @@
 -- reader has no watermarks, so unread = unseen and one count serves both; the
 -- head is the page's first item). No snapshot bound, join positions, alerts or
 -- individually read items. The statement the server runs should cost at most
--- twice this (issue 12). Parameters: $1 tenant, $2 the reader's teams,
+-- twice this (bench/findings/feed.md). Parameters: $1 tenant, $2 the reader's teams,
 -- $3 badge cap + 1, $4 the page's item ids.
 -- reference: a lower bound, not a statement the server runs
 SELECT (SELECT count(*) FROM (

@@ -1,4 +1,5 @@
--- The outbox worker's claim: one statement, autocommit (claim_deliveries).
+-- The outbox worker's claim: one statement (claim_deliveries; the worker runs it in a
+-- transaction that also decides delayed deliveries, deliveries::fallback).
 -- Parameters: $1 lease in ms, $2 channels; the batch (100, the workers'
 -- default) is in the text. The harness's store-only drain runs it with the
 -- workers' defaults (lease 60 s, {webhook}).
@@ -71,7 +72,7 @@ WITH RECURSIVE open_tenants AS (
         -- channel test runs before the index probe (a one-time filter) and a
         -- webhook costs no probe of users, an email none of the endpoints.
         LEFT JOIN LATERAL (
-            SELECT e.url, e.secret,
+            SELECT e.id, e.url, e.secret,
                    CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret
             FROM webhook_endpoints e
             WHERE p.channel = 'webhook' AND e.tenant_id = p.tenant_id AND e.id = p.endpoint_id
@@ -85,6 +86,6 @@ WITH RECURSIVE open_tenants AS (
         WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
-                  e.url AS endpoint_url, e.secret AS endpoint_secret,
+                  e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   e.previous_secret AS endpoint_previous_secret,
-                  u.email AS recipient_email;
+                  u.email AS recipient_email, d.unless_mark, d.item_tx, d.item_id;

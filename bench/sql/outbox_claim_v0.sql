@@ -1,8 +1,10 @@
--- The outbox worker's claim as the server ran it before issue 15 (main at b00dfa1,
--- migrations 0001–0013): the claim sets status 'sending' and moves next_attempt_at
+-- The outbox worker's claim as the server ran it before the lean outbox
+-- (migration 0015; main at b00dfa1, migrations 0001–0013): the claim sets status 'sending' and moves next_attempt_at
 -- to the lease end, so neither update can be HOT. Kept as the same-run
 -- baseline of drain-peer's 'before' arm, on a table with the indexes of then.
--- reference: the statement before issue 15 (b00dfa1)
+-- reference: the statement before the lean outbox (b00dfa1)
+-- One change from the reference: it also returns the endpoint's id, which the
+-- current worker reads a delivery's row with (secrets are bound to their row).
         WITH active AS MATERIALIZED (
             -- One ordered index probe per tenant (LIMIT 1 with ORDER BY keeps
             -- the planner on deliveries_claimable whatever its statistics say).
@@ -54,7 +56,7 @@
         WHERE d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
-                  e.url AS endpoint_url, e.secret AS endpoint_secret,
+                  e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END
                       AS endpoint_previous_secret,
                   u.email AS recipient_email;

@@ -1,6 +1,8 @@
--- The claim as migration 0015 left it (issue 15, before the
+-- The claim as migration 0015 left it (the lean outbox, before the
 -- claim probed only tenants with open work). The same-run "before" of drain-peer.
--- reference: the outbox statements of commit 3823262 (run f8d5eed34e measured them)
+-- reference: the outbox statements of commit 3823262 (run 85dc95aac5 measured them: "0015 statements")
+-- One change from the reference: it also returns the endpoint's id, which the
+-- current worker reads a delivery's row with (secrets are bound to their row).
         WITH active AS MATERIALIZED (
             -- One ordered index probe per tenant (LIMIT 1 with ORDER BY keeps
             -- the planner on deliveries_claimable whatever its statistics say).
@@ -52,7 +54,7 @@
         WHERE d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
-                  e.url AS endpoint_url, e.secret AS endpoint_secret,
+                  e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END
                       AS endpoint_previous_secret,
                   u.email AS recipient_email;

@@ -1,6 +1,8 @@
--- The claim before its batch was written into its text (issue 15): $1 batch,
+-- The claim before its batch was written into its text: $1 batch,
 -- $2 lease in ms, $3 channels. The same-run "before" of drain-peer.
 -- reference: the claim of commit 85dc95a (tier M run 85dc95aac5 measured it): the batch bound as $1, so PostgreSQL plans it at every call
+-- One change from the reference: it also returns the endpoint's id, which the
+-- current worker reads a delivery's row with (secrets are bound to their row).
 WITH RECURSIVE open_tenants AS (
             -- The tenants with open work, one index probe each (a skip scan:
             -- the first tenant, then the first one after it, ...).
@@ -64,7 +66,7 @@ UPDATE deliveries d
         -- channel test runs before the index probe (a one-time filter) and a
         -- webhook costs no probe of users, an email none of the endpoints.
         LEFT JOIN LATERAL (
-            SELECT e.url, e.secret,
+            SELECT e.id, e.url, e.secret,
                    CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret
             FROM webhook_endpoints e
             WHERE p.channel = 'webhook' AND e.tenant_id = p.tenant_id AND e.id = p.endpoint_id
@@ -78,6 +80,6 @@ UPDATE deliveries d
         WHERE d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
-                  e.url AS endpoint_url, e.secret AS endpoint_secret,
+                  e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   e.previous_secret AS endpoint_previous_secret,
                   u.email AS recipient_email;

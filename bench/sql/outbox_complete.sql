@@ -18,9 +18,12 @@ WITH r AS MATERIALIZED (
         moved AS (
             INSERT INTO deliveries_sent (tenant_id, id, notification_key, alert_id, recipient_id, channel,
                                          endpoint_id, status, attempts, next_attempt_at, claimed_until,
-                                         last_error, sent_at, created_at)
+                                         last_error, sent_at, created_at, template_version_id,
+                                         unless_mark, item_tx, item_id, decided_mark_tx, decided_mark_id,
+                                         decided_at)
             SELECT tenant_id, id, notification_key, alert_id, recipient_id, channel, endpoint_id, 'sent',
-                   attempts, next_attempt_at, NULL, last_error, now(), created_at
+                   attempts, next_attempt_at, NULL, last_error, now(), created_at, template_version_id,
+                   unless_mark, item_tx, item_id, decided_mark_tx, decided_mark_id, decided_at
             FROM sent
             RETURNING 1
         ),

@@ -1,8 +1,8 @@
--- The outbox worker's complete as the server ran it before issue 15 (main at b00dfa1,
--- migrations 0001–0013): the claim sets status 'sending' and moves next_attempt_at
+-- The outbox worker's complete as the server ran it before the lean outbox
+-- (migration 0015; main at b00dfa1, migrations 0001–0013): the claim sets status 'sending' and moves next_attempt_at
 -- to the lease end, so neither update can be HOT. Kept as the same-run
 -- baseline of drain-peer's 'before' arm, on a table with the indexes of then.
--- reference: the statement before issue 15 (b00dfa1)
+-- reference: the statement before the lean outbox (b00dfa1)
         UPDATE deliveries d
         SET status = CASE r.outcome
                          WHEN 'release' THEN CASE WHEN d.attempts > 1 THEN 'retrying' ELSE 'pending' END

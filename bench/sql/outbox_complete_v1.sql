@@ -1,6 +1,6 @@
--- The completion as migration 0015 left it (issue 15, before the
+-- The completion as migration 0015 left it (the lean outbox, before the
 -- claim probed only tenants with open work). The same-run "before" of drain-peer.
--- reference: the outbox statements of commit 3823262 (run f8d5eed34e measured them)
+-- reference: the outbox statements of commit 3823262 (run 85dc95aac5 measured them: "0015 statements")
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
                           WHEN d.status <> 'sending' THEN d.status

@@ -1,5 +1,8 @@
 //! `tidings-bench`: the benchmark harness behind `scripts/bench`. See bench/README.md.
 
+// The test clusters' derivation of a checkout's port (tests/src/cluster.rs).
+#[path = "../../tests/src/checkout_port.rs"]
+mod checkout_port;
 mod loadgen;
 mod pg;
 mod plots;
@@ -36,6 +39,7 @@ const WORKLOADS: &[&str] = &[
     "isolation",
     "stream",
     "replicas",
+    "failover",
     "soak",
 ];
 
@@ -51,16 +55,13 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, isolation, stream, replicas, soak.
+    /// drain-peer, mixed, isolation, stream, replicas, failover, soak.
     #[arg(long)]
     only: Vec<String>,
-    /// Admin URL of the bench PostgreSQL (any database; the bench creates its own).
-    #[arg(
-        long,
-        env = "BENCH_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:25433/postgres"
-    )]
-    pg_url: String,
+    /// Admin URL of the bench PostgreSQL (any database; the bench creates its
+    /// own). Default: 127.0.0.1 on this checkout's port (`--checkout-pg-port`).
+    #[arg(long, env = "BENCH_DATABASE_URL")]
+    pg_url: Option<String>,
     /// The `tidings` binary to benchmark.
     #[arg(long, default_value = "target/release/tidings")]
     tidings_bin: PathBuf,
@@ -100,6 +101,19 @@ struct Args {
     /// from the current server code, then exit.
     #[arg(long)]
     sync_sql: bool,
+    /// Print this checkout's port for the bench PostgreSQL, then exit
+    /// (scripts/bench starts it there unless BENCH_PG_PORT says otherwise).
+    #[arg(long)]
+    checkout_pg_port: bool,
+}
+
+/// The bench PostgreSQL's port when none is given: this checkout's own, as
+/// the test clusters take theirs (from the bench crate's path, so a slot of
+/// eight ports apart from the tests'), so that two checkouts on one machine
+/// never share one. The bench PostgreSQL takes the first; the replicas
+/// workload's cluster the last four (`workloads::replicas`).
+pub fn checkout_pg_port() -> u16 {
+    checkout_port::checkout_port(env!("CARGO_MANIFEST_DIR"))
 }
 
 #[tokio::main]
@@ -115,6 +129,10 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<bool> {
+    if args.checkout_pg_port {
+        println!("{}", checkout_pg_port());
+        return Ok(true);
+    }
     let started = Instant::now();
     let started_at = chrono::Utc::now();
     let mut tier = Tier::get(args.tier);
@@ -184,7 +202,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     );
 
     let db_name = format!("tidings_bench_{}", tier.label().to_lowercase());
-    let target = pg::Target::new(&args.pg_url, &db_name)?;
+    let pg_url = args.pg_url.clone().unwrap_or_else(|| {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            checkout_pg_port()
+        )
+    });
+    let target = pg::Target::new(&pg_url, &db_name)?;
     eprintln!("==> database {db_name}: recreate and migrate");
     target.recreate().await?;
     server::migrate(&args.tidings_bin, &target.url).await?;
@@ -264,6 +288,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "isolation" => workloads::isolation::run(&ctx).await,
             "stream" => workloads::stream::run(&ctx).await,
             "replicas" => workloads::replicas::run(&ctx).await,
+            "failover" => workloads::failover::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,
             other => Ok(WorkloadResult::skipped(
                 other,

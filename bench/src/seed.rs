@@ -25,13 +25,21 @@ pub fn api_key(t: i64) -> String {
     format!("tdk_bench_{t}")
 }
 
-/// The reader of many teams (issue 12): in tenant 0, a member of every team
+/// The reader of many teams: in tenant 0, a member of every team
 /// of the tenant and of quiet teams (no events), `Tier::wide_reader_teams` in
 /// all, all joined before every seeded event.
 pub const WIDE_READER: &str = "wide-reader";
 
 pub fn signing_secret(t: i64) -> String {
     format!("bench-secret-{t}")
+}
+
+/// Tenant `t`'s signing secret as the server stores it: sealed with the
+/// bench servers' key (`server::SECRET_KEY`) and bound to the tenant's row.
+pub fn stored_signing_secret(t: i64) -> anyhow::Result<String> {
+    use tidings_server::tenants::secrets::{Binding, SecretKeys};
+    let keys = SecretKeys::parse(crate::server::SECRET_KEY)?;
+    Ok(keys.seal(&Binding::signing_secret(tenant_uuid(t)), &signing_secret(t)))
 }
 
 pub fn tenant_uuid(t: i64) -> uuid::Uuid {
@@ -82,13 +90,17 @@ pub async fn seed(pool: &PgPool, tier: &Tier) -> anyhow::Result<Seeded> {
         "  seeding {t} tenants, {g} teams, {u} users, {} events",
         tier.events
     );
+    let sealed = (0..t)
+        .map(stored_signing_secret)
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO tenants (id, name, signing_secret)
-         SELECT bench.tenant_uuid(t), 'bench-' || t, 'bench-secret-' || t
+         SELECT bench.tenant_uuid(t), 'bench-' || t, ($2::text[])[t + 1]
          FROM generate_series(0, $1 - 1) t",
     )
     .bind(t)
+    .bind(&sealed)
     .execute(&mut *tx)
     .await?;
     sqlx::query(

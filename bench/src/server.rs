@@ -19,6 +19,15 @@ use tokio::{
 };
 
 pub const ADMIN_TOKEN: &str = "bench-admin-token-of-at-least-32-bytes";
+/// `TIDINGS_METRICS_TOKEN` of every bench server: `/metrics` is served on the
+/// API's listener only behind a token.
+pub const METRICS_TOKEN: &str = "bench-metrics-token-of-at-least-32-bytes";
+
+/// `TIDINGS_SECRET_KEY` of every `tidings` process the bench starts, and the
+/// key the seed seals the tenants' signing secrets with: a secret written in
+/// clear after a start has bound every stored secret is refused
+/// (`tidings_server::tenants::secrets`), and `tidings migrate` is such a start.
+pub const SECRET_KEY: &str = "bench:YmVuY2gtc2VjcmV0LWtleS1vZi0zMi1ieXRlcy0hISE=";
 
 /// The environment of the main bench server (and of a "before" binary run
 /// beside it, so the two differ in their code alone).
@@ -112,6 +121,8 @@ fn spawn(launch: &Launch<'_>, args: &[&str]) -> anyhow::Result<(Child, PathBuf)>
         .env("DATABASE_URL", launch.database_url)
         .env("TIDINGS_LISTEN", "127.0.0.1:0")
         .env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("TIDINGS_METRICS_TOKEN", METRICS_TOKEN)
+        .env("TIDINGS_SECRET_KEY", SECRET_KEY)
         // Per-request logs would measure the terminal, not the service.
         .env("RUST_LOG", "warn")
         .env("TIDINGS_LOG_FORMAT", "json")
@@ -133,6 +144,7 @@ pub async fn migrate(bin: &Path, database_url: &str) -> anyhow::Result<()> {
     let out = Command::new(bin)
         .arg("migrate")
         .env("DATABASE_URL", database_url)
+        .env("TIDINGS_SECRET_KEY", SECRET_KEY)
         .env("RUST_LOG", "warn")
         .output()
         .await
@@ -185,5 +197,78 @@ impl Sink {
             received,
             _task: task,
         })
+    }
+}
+
+/// The no-op SMTP sink: a loopback mail server that accepts every message at
+/// once and counts them (the email channel's counterpart of [`Sink`]). It
+/// speaks the plain-text subset a client without TLS uses: greeting, EHLO,
+/// MAIL, RCPT, DATA (until the lone dot), RSET, NOOP, QUIT.
+pub struct SmtpSink {
+    pub url: String,
+    pub received: Arc<AtomicU64>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl SmtpSink {
+    pub async fn start() -> anyhow::Result<SmtpSink> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let received = Arc::new(AtomicU64::new(0));
+        let counter = received.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let _ = smtp_session(socket, &counter).await;
+                });
+            }
+        });
+        Ok(SmtpSink {
+            url: format!("smtp://{addr}"),
+            received,
+            _task: task,
+        })
+    }
+}
+
+async fn smtp_session(socket: tokio::net::TcpStream, counter: &AtomicU64) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read);
+    write.write_all(b"220 bench-sink ESMTP\r\n").await?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if lines.read_line(&mut line).await? == 0 {
+            return Ok(());
+        }
+        let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
+        let answer: &[u8] = match verb.as_str() {
+            "EHLO" => b"250-bench-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n",
+            "HELO" | "MAIL" | "RCPT" | "RSET" | "NOOP" => b"250 OK\r\n",
+            "DATA" => {
+                write
+                    .write_all(b"354 End data with <CR><LF>.<CR><LF>\r\n")
+                    .await?;
+                loop {
+                    line.clear();
+                    if lines.read_line(&mut line).await? == 0 {
+                        return Ok(());
+                    }
+                    if line == ".\r\n" || line == ".\n" {
+                        break;
+                    }
+                }
+                counter.fetch_add(1, Ordering::Relaxed);
+                b"250 OK queued\r\n"
+            }
+            "QUIT" => {
+                write.write_all(b"221 Bye\r\n").await?;
+                return Ok(());
+            }
+            _ => b"502 Command not implemented\r\n",
+        };
+        write.write_all(answer).await?;
     }
 }

@@ -1,7 +1,9 @@
 //! bench/sql/*.sql hold the exact statements the server runs (copied from its
-//! store modules, with `$n` parameters). `pgbench_script` turns one into a pgbench
-//! script with `:pn` variables; the tests below fail when a file drifts from the
-//! server source it names on its `-- source:` lines.
+//! store modules, with `$n` parameters), or point at the server's own rendering
+//! of a statement (`-- snapshot:`, the feed's snapshots) instead of copying it.
+//! `pgbench_script` turns one into a pgbench script with `:pn` variables; the
+//! tests below fail when a file drifts from the server source it names on its
+//! `-- source:` lines.
 
 use std::path::{Path, PathBuf};
 
@@ -9,14 +11,19 @@ use anyhow::Context;
 
 pub struct SqlFile {
     pub path: PathBuf,
-    /// `-- source: server/src/…` lines: files that must contain every statement.
+    /// `-- source: server/src/…` lines: files whose text holds the statements.
     pub sources: Vec<String>,
-    /// `-- source-fn: NAME`: the statement is built at run time by the server
-    /// function NAME (see `server_sql`) and must equal its result.
+    /// `-- source-fn: NAME`: a statement built at run time by the server
+    /// function NAME (see `server_sql`), equal to its result. A file may name
+    /// both: each statement is found in the sources' text or is a function's.
     pub source_fns: Vec<String>,
     /// `-- reference: WHY`: a statement the server does not run, kept to
     /// measure against (a past version, a lower bound); never checked for drift.
     pub references: Vec<String>,
+    /// `-- snapshot: PATH` (relative to the file): the statements are that
+    /// file's, a rendering the server's own tests keep equal to the statement
+    /// (server/src/store/feed/snapshots), so this file holds no copy.
+    pub snapshot: Option<PathBuf>,
     /// Statements without comments, each ending with `;`.
     pub statements: Vec<String>,
 }
@@ -32,6 +39,7 @@ impl SqlFile {
         let mut sources = vec![];
         let mut source_fns = vec![];
         let mut references = vec![];
+        let mut snapshot = None;
         let mut body = String::new();
         let mut in_header = true;
         for line in text.lines() {
@@ -42,6 +50,9 @@ impl SqlFile {
                 source_fns.push(f.trim().to_string());
             } else if let Some(why) = trimmed.strip_prefix("-- reference:") {
                 references.push(why.trim().to_string());
+            } else if let Some(rel) = trimmed.strip_prefix("-- snapshot:") {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                snapshot = Some(dir.join(rel.trim()));
             } else if in_header && trimmed.starts_with("--") {
                 continue;
             } else {
@@ -50,17 +61,28 @@ impl SqlFile {
                 body.push('\n');
             }
         }
-        let statements = body
-            .split(";\n")
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| format!("{};", s.trim_end_matches(';')))
-            .collect();
+        let statements = match &snapshot {
+            Some(rendered) => {
+                anyhow::ensure!(
+                    body.trim().is_empty(),
+                    "{} names a snapshot and holds statements of its own",
+                    path.display()
+                );
+                SqlFile::load(rendered)?.statements
+            }
+            None => body
+                .split(";\n")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| format!("{};", s.trim_end_matches(';')))
+                .collect(),
+        };
         Ok(SqlFile {
             path: path.to_path_buf(),
             sources,
             source_fns,
             references,
+            snapshot,
             statements,
         })
     }
@@ -97,24 +119,16 @@ impl SqlFile {
         if !self.references.is_empty() {
             return Ok(vec![]);
         }
-        if !self.source_fns.is_empty() {
-            let expected: Vec<String> = self
-                .source_fns
-                .iter()
-                .map(|f| {
-                    server_sql(f).map(|s| {
-                        let lines: Vec<String> = s.lines().map(strip_comment).collect();
-                        collapse(lines.join("\n").trim_end_matches(';'))
-                    })
+        let built: Vec<String> = self
+            .source_fns
+            .iter()
+            .map(|f| {
+                server_sql(f).map(|s| {
+                    let lines: Vec<String> = s.lines().map(strip_comment).collect();
+                    collapse(lines.join("\n").trim_end_matches(';'))
                 })
-                .collect::<anyhow::Result<_>>()?;
-            return Ok(self
-                .statements
-                .iter()
-                .filter(|s| !expected.contains(&collapse(s.trim_end_matches(';'))))
-                .cloned()
-                .collect());
-        }
+            })
+            .collect::<anyhow::Result<_>>()?;
         let mut haystack = String::new();
         for src in &self.sources {
             let text = std::fs::read_to_string(repo.join(src))
@@ -127,7 +141,10 @@ impl SqlFile {
         Ok(self
             .statements
             .iter()
-            .filter(|s| !haystack.contains(collapse(s.trim_end_matches(';')).as_str()))
+            .filter(|s| {
+                let statement = collapse(s.trim_end_matches(';'));
+                !built.contains(&statement) && !haystack.contains(statement.as_str())
+            })
             .cloned()
             .collect())
     }
@@ -136,7 +153,7 @@ impl SqlFile {
 /// Statements the server composes at run time, by the name bench/sql files
 /// use on their `-- source-fn:` line.
 pub fn server_sql(name: &str) -> anyhow::Result<String> {
-    use tidings_server::store::{feed, outbox};
+    use tidings_server::store::{deliveries, feed, outbox};
     Ok(match name {
         "tidings_server::store::feed::feed_page_sql(PageKind::First)" => {
             feed::feed_page_sql(feed::PageKind::First).into()
@@ -164,6 +181,9 @@ pub fn server_sql(name: &str) -> anyhow::Result<String> {
         // The worker's default batch, as the harness runs it.
         "tidings_server::store::outbox::claim_sql(100)" => outbox::claim_sql(100),
         "tidings_server::store::outbox::complete_sql()" => outbox::complete_sql().into(),
+        "tidings_server::store::deliveries::insert_deliveries_sql()" => {
+            deliveries::insert_deliveries_sql().into()
+        }
         other => anyhow::bail!("unknown source-fn {other}"),
     })
 }
@@ -172,7 +192,13 @@ pub fn server_sql(name: &str) -> anyhow::Result<String> {
 /// keeping its comments: `tidings-bench --sync-sql` after a server change.
 pub fn rewrite_from_server(path: &Path) -> anyhow::Result<bool> {
     let file = SqlFile::load(path)?;
-    let [name] = file.source_fns.as_slice() else {
+    // A file that also names source files holds statements of its own; one
+    // that names a snapshot holds none.
+    let ([name], [], None) = (
+        file.source_fns.as_slice(),
+        file.sources.as_slice(),
+        &file.snapshot,
+    ) else {
         return Ok(false);
     };
     let text = std::fs::read_to_string(path)?;
@@ -271,9 +297,10 @@ mod tests {
             let drift = file.drift(&repo()).expect("sources readable");
             assert!(
                 drift.is_empty(),
-                "{} drifted from {:?}; copy the statements again:\n{}",
+                "{} drifted from {:?} {:?}; copy the statements again:\n{}",
                 path.display(),
                 file.sources,
+                file.source_fns,
                 drift.join("\n")
             );
             checked += 1;

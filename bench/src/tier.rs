@@ -1,5 +1,5 @@
 //! Sizes and durations of the two tiers. S checks that the harness works (seconds);
-//! M is the real measurement (issue 5: 100 tenants, 2,000 teams, 20,000 users with
+//! M is the real measurement (100 tenants, 2,000 teams, 20,000 users with
 //! 3–20 memberships each, one team of 5,000 members, 10M events, Zipf skew).
 
 use std::time::Duration;
@@ -70,7 +70,7 @@ impl Tier {
         match name {
             TierName::S => Tier {
                 name,
-                tenants: 3,
+                tenants: 5,
                 teams: 30,
                 users: 300,
                 min_memberships: 3,

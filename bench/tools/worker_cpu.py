@@ -3,9 +3,9 @@
 /proc/<pid>/stat) every 50 ms until killed (SIGTERM/SIGINT), then writes one
 JSON line per process to the file named by its argument: pid, exe, start
 (clock ticks since boot), the last sampled CPU seconds, and the seconds it
-was seen alive. The CPU per delivery figures of bench/README.md's findings on
-the worker's send path sum the processes of one drain (same exe, started
-together)."""
+was seen alive. The CPU per delivery figures of bench/findings/drain.md, "The
+send path per endpoint and batch (landed)", sum the processes of one drain
+(same exe, started together)."""
 import json, os, signal, sys, time
 
 TICK = os.sysconf("SC_CLK_TCK")

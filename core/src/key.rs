@@ -19,11 +19,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{tagged_digest, to_hex, TAG_LOCK_KEY, TAG_NOTIFICATION_KEY};
-use crate::id::{EntityId, EventType, UserId};
-
-/// Longest id accepted, in bytes of UTF-8. Generous for UUIDs, ULIDs, emails
-/// and URNs, and small enough to index.
-pub const MAX_ID_BYTES: usize = 255;
+use crate::id::{validate_id, EntityId, EventType, KeyError, UserId};
 
 /// Prefix of every readable key of the current encoding. A future encoding
 /// gets a new prefix, so old and new keys can never be confused.
@@ -76,92 +72,6 @@ impl FromStr for Channel {
             .find(|c| c.as_str() == s)
             .ok_or_else(|| KeyError::UnknownChannel(s.to_owned()))
     }
-}
-
-/// Why an id, a channel or a readable key was rejected. `field` names the part
-/// (`"tenant"`, `"event_type"`, …) so the message can go straight to a client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    #[error("{field} must not be empty")]
-    Empty { field: &'static str },
-    #[error("{field} is {len} bytes long; the limit is 255 bytes")]
-    TooLong { field: &'static str, len: usize },
-    #[error("{field} must not contain control characters")]
-    ControlCharacter { field: &'static str },
-    #[error(
-        "{field} must not contain Unicode format characters (bidi controls, zero-width characters)"
-    )]
-    FormatCharacter { field: &'static str },
-    #[error("unknown channel {0:?}; expected one of in_app, email, webhook")]
-    UnknownChannel(String),
-    #[error("readable key must start with \"v1:\"")]
-    UnknownVersion,
-    #[error("readable key has {found} parts; expected 5 separated by ':'")]
-    WrongPartCount { found: usize },
-    #[error("{field} has an invalid escape; only %25 and %3A are allowed")]
-    BadEscape { field: &'static str },
-}
-
-/// Checks an id (tenant, team, user, event type, entity, recipient, …):
-/// 1..=255 bytes of UTF-8, no control characters (`char::is_control`) and no
-/// format characters ([`is_format_character`]): both make logs, readable keys
-/// and admin screens lie about what an id holds (`"adm\u{200B}in"` looks like
-/// `"admin"`; a right-to-left override reverses what follows it).
-pub fn validate_id(field: &'static str, value: &str) -> Result<(), KeyError> {
-    if value.is_empty() {
-        return Err(KeyError::Empty { field });
-    }
-    if value.len() > MAX_ID_BYTES {
-        return Err(KeyError::TooLong {
-            field,
-            len: value.len(),
-        });
-    }
-    if value.chars().any(char::is_control) {
-        return Err(KeyError::ControlCharacter { field });
-    }
-    if value.chars().any(is_format_character) {
-        return Err(KeyError::FormatCharacter { field });
-    }
-    Ok(())
-}
-
-/// Unicode general category Cf ("format"), as of Unicode 15.1: soft hyphen,
-/// bidi embeddings, overrides, isolates and marks, zero-width space, joiner
-/// and non-joiner, word joiner, invisible operators, the byte-order mark,
-/// interlinear annotation marks and tags. The standard library has no
-/// category lookup and the list is short and stable, so it is written out
-/// rather than pulled in as a dependency (the core stays dependency-light for
-/// its WebAssembly build).
-///
-/// Zero-width joiner (U+200D) is among them, so emoji ZWJ sequences such as
-/// "👩\u{200D}💻" are not valid ids: an id is a machine identifier, and a
-/// character that renders as nothing cannot be told apart by a person.
-pub fn is_format_character(c: char) -> bool {
-    matches!(
-        c,
-        '\u{00AD}'
-            | '\u{0600}'..='\u{0605}'
-            | '\u{061C}'
-            | '\u{06DD}'
-            | '\u{070F}'
-            | '\u{0890}'..='\u{0891}'
-            | '\u{08E2}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}'
-            | '\u{110BD}'
-            | '\u{110CD}'
-            | '\u{13430}'..='\u{1343F}'
-            | '\u{1BCA0}'..='\u{1BCA3}'
-            | '\u{1D173}'..='\u{1D17A}'
-            | '\u{E0001}'
-            | '\u{E0020}'..='\u{E007F}'
-    )
 }
 
 /// How the key's parts are named in errors (pinned by `core/golden.json`).
@@ -403,53 +313,6 @@ mod tests {
             serde_json::from_str::<Channel>("\"webhook\"").expect("deserialise"),
             Channel::Webhook
         );
-    }
-
-    #[test]
-    fn ids_must_be_nonempty_short_and_free_of_control_characters() {
-        assert_eq!(
-            validate_id("tenant", ""),
-            Err(KeyError::Empty { field: "tenant" })
-        );
-        assert_eq!(
-            validate_id("user", &"a".repeat(256)),
-            Err(KeyError::TooLong {
-                field: "user",
-                len: 256
-            })
-        );
-        assert_eq!(validate_id("user", &"a".repeat(255)), Ok(()));
-        // 64 four-byte emoji = 256 bytes: the limit is in bytes, not chars.
-        assert!(validate_id("user", &"😀".repeat(64)).is_err());
-        assert_eq!(
-            validate_id("entity_id", "a\nb"),
-            Err(KeyError::ControlCharacter { field: "entity_id" })
-        );
-        assert!(validate_id("entity_id", "a\u{85}b").is_err());
-        assert_eq!(validate_id("entity_id", "a b:c%d/é"), Ok(()));
-    }
-
-    #[test]
-    fn ids_must_be_free_of_format_characters() {
-        for sneaky in [
-            "adm\u{200B}in",      // zero-width space
-            "\u{202E}nimda",      // right-to-left override
-            "a\u{2066}b\u{2069}", // bidi isolate
-            "\u{FEFF}bom",        // byte-order mark
-            "soft\u{00AD}hyphen", // soft hyphen
-            "👩\u{200D}💻",       // zero-width joiner
-            "tag\u{E0041}",       // tag character
-        ] {
-            assert_eq!(
-                validate_id("user_id", sneaky),
-                Err(KeyError::FormatCharacter { field: "user_id" }),
-                "{sneaky:?}"
-            );
-        }
-        // Visible look-alikes and combining marks are ordinary characters.
-        for fine in ["e\u{301}", "❤\u{FE0F}", "مرحبا", "🇫🇷"] {
-            assert_eq!(validate_id("user_id", fine), Ok(()), "{fine:?}");
-        }
     }
 
     #[test]

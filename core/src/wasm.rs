@@ -16,8 +16,10 @@
 use wasm_bindgen::prelude::*;
 
 use crate::fanout::{self, FanoutThresholds, Rates, SendKind};
+use crate::id;
 use crate::key::{self, Channel, NotificationKey as CoreKey};
 use crate::position::{CursorError, Position as CorePosition};
+use crate::preferences;
 use crate::retry::{NextAttempt, RetrySchedule};
 use crate::watermark::{self, ReadSet as CoreReadSet, Watermarks};
 
@@ -115,7 +117,7 @@ pub fn parse_readable_key(s: &str) -> Result<KeyParts, JsError> {
 pub fn validate_id(field: &str, value: &str) -> Result<(), JsError> {
     // KeyError names fields with `&'static str`; validate under a fixed name
     // and put the caller's in the message.
-    key::validate_id("\u{0}", value).map_err(|e| throw(e.to_string().replace('\u{0}', field)))
+    id::validate_id("\u{0}", value).map_err(|e| throw(e.to_string().replace('\u{0}', field)))
 }
 
 /// Stable 64-bit advisory lock key of `parts`, as a `BigInt`.
@@ -378,5 +380,106 @@ pub fn retry_next(
     Ok(match schedule.next(attempt, random) {
         NextAttempt::RetryAfterMs(ms) => Some(ms as f64),
         NextAttempt::GiveUp => None,
+    })
+}
+
+/// Preference rows for `resolvePreference`: a user's, or a tenant's defaults.
+#[wasm_bindgen(js_name = PreferenceRules)]
+#[derive(Default)]
+pub struct JsPreferenceRules(Vec<preferences::Rule>);
+
+#[wasm_bindgen(js_class = PreferenceRules)]
+impl JsPreferenceRules {
+    #[wasm_bindgen(constructor)]
+    pub fn new() -> JsPreferenceRules {
+        JsPreferenceRules::default()
+    }
+
+    /// Adds a row. `scope`: `"global"`, `"category"` or `"event_type"`; `key`
+    /// omitted for global; `channel`: a channel or `"*"`; `setting`: `"on"`,
+    /// `"off"`, `"daily"` or `"weekly"`; `locked` counts on tenant defaults
+    /// only. Throws on anything else.
+    pub fn add(
+        &mut self,
+        scope: &str,
+        key: Option<String>,
+        channel: &str,
+        setting: &str,
+        locked: Option<bool>,
+    ) -> Result<(), JsError> {
+        let scope: preferences::Scope = scope.parse().map_err(throw)?;
+        let channel = match channel {
+            "*" => None,
+            c => Some(c.parse::<Channel>().map_err(throw)?),
+        };
+        let setting: preferences::Setting = setting.parse().map_err(throw)?;
+        let rule = preferences::Rule::new(
+            scope,
+            key.as_deref(),
+            channel,
+            setting,
+            locked.unwrap_or(false),
+        )
+        .map_err(throw)?;
+        self.0.push(rule);
+        Ok(())
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> u32 {
+        u32::try_from(self.0.len()).unwrap_or(u32::MAX)
+    }
+}
+
+/// A resolved preference: the setting and the level that decided it
+/// (`"critical"`, `"locked"`, `"user_event_type"`, … `"fallback"`).
+#[wasm_bindgen(js_name = PreferenceResolution, getter_with_clone)]
+pub struct JsPreferenceResolution {
+    #[wasm_bindgen(readonly)]
+    pub setting: String,
+    #[wasm_bindgen(readonly)]
+    pub level: String,
+}
+
+/// Resolves one channel exactly as the server does at fan-out. `eventType`
+/// may be omitted (a category × channel cell); `categoryKey` omitted means
+/// no category, and then `critical` and `categoryDefault` (the category's
+/// default for this channel) are ignored.
+#[wasm_bindgen(js_name = resolvePreference)]
+pub fn resolve_preference(
+    event_type: Option<String>,
+    channel: &str,
+    category_key: Option<String>,
+    critical: bool,
+    category_default: Option<String>,
+    user: &JsPreferenceRules,
+    tenant: &JsPreferenceRules,
+) -> Result<JsPreferenceResolution, JsError> {
+    let channel: Channel = channel.parse().map_err(throw)?;
+    let category = match category_key {
+        None => None,
+        Some(key) => {
+            let mut category = preferences::Category {
+                key,
+                critical,
+                ..preferences::Category::default()
+            };
+            let default = category_default
+                .map(|s| s.parse::<preferences::Setting>())
+                .transpose()
+                .map_err(throw)?;
+            category.set_default(channel, default);
+            Some(category)
+        }
+    };
+    let target = preferences::Target {
+        event_type: event_type.as_deref(),
+        category: category.as_ref(),
+        channel,
+    };
+    let r = preferences::resolve(&target, &user.0, &tenant.0);
+    Ok(JsPreferenceResolution {
+        setting: r.setting.as_str().to_owned(),
+        level: r.level.as_str().to_owned(),
     })
 }

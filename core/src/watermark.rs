@@ -149,7 +149,79 @@ pub struct ItemState {
 /// An item is read if at or below the read watermark or in the read set; it is
 /// seen if at or below the seen watermark or read (reading implies seeing).
 pub fn classify(item: Position, marks: &Watermarks, individually_read: &ReadSet) -> ItemState {
-    let read = item <= marks.read || individually_read.contains(item);
+    item_state(item, marks, individually_read.contains(item))
+}
+
+/// What a delayed delivery (an email or webhook sent only if the in-app
+/// item is still unread) waits on: the item being read, or being seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unless {
+    Read,
+    Seen,
+}
+
+impl Unless {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unless::Read => "read",
+            Unless::Seen => "seen",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Unless> {
+        match s {
+            "read" => Some(Unless::Read),
+            "seen" => Some(Unless::Seen),
+            _ => None,
+        }
+    }
+
+    /// The watermark this condition is decided against, the one a decision
+    /// records: the read watermark, or the later of the two for `seen`
+    /// (reading implies seeing, [`Watermarks::effective_seen`]).
+    pub fn mark(self, marks: &Watermarks) -> Position {
+        match self {
+            Unless::Read => marks.read,
+            Unless::Seen => marks.effective_seen(),
+        }
+    }
+}
+
+/// The decision on a delayed delivery whose delay has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    Send,
+    /// Not sent: the item was read (by a watermark or one by one).
+    SkipRead,
+    /// Not sent: the item was seen, not read.
+    SkipSeen,
+}
+
+/// Whether a delayed delivery of the in-app item at `item` goes out, given
+/// the user's watermarks and whether the item was read one by one, all read
+/// under the lock every read path takes (the server's claim). The same
+/// [`classify`] the badges use decides, so the email never disagrees with
+/// the bell: an item the badge does not count as unread (or unseen) is not
+/// emailed. A user with no watermarks yet is at the origin: everything is
+/// unread, and the delivery is sent.
+pub fn decide_fallback(
+    item: Position,
+    unless: Unless,
+    marks: &Watermarks,
+    read_one_by_one: bool,
+) -> Fallback {
+    let state = item_state(item, marks, read_one_by_one);
+    match unless {
+        _ if state.read => Fallback::SkipRead,
+        Unless::Seen if state.seen => Fallback::SkipSeen,
+        _ => Fallback::Send,
+    }
+}
+
+fn item_state(item: Position, marks: &Watermarks, read_one_by_one: bool) -> ItemState {
+    let read = item <= marks.read || read_one_by_one;
     ItemState {
         seen: read || item <= marks.seen,
         read,
@@ -355,6 +427,46 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_fallback_waits_on_its_own_mark() {
+        let item = p(5, 0);
+        let origin = Watermarks::default();
+        assert_eq!(
+            decide_fallback(item, Unless::Read, &origin, false),
+            Fallback::Send,
+            "no watermarks yet: unread"
+        );
+        let seen_only = Watermarks {
+            seen: p(5, 0),
+            read: p(4, 9),
+        };
+        assert_eq!(
+            decide_fallback(item, Unless::Read, &seen_only, false),
+            Fallback::Send
+        );
+        assert_eq!(
+            decide_fallback(item, Unless::Seen, &seen_only, false),
+            Fallback::SkipSeen
+        );
+        assert_eq!(
+            decide_fallback(item, Unless::Seen, &seen_only, true),
+            Fallback::SkipRead,
+            "read one by one: read, so seen"
+        );
+        let read_at_item = Watermarks {
+            seen: Position::ORIGIN,
+            read: item,
+        };
+        assert_eq!(
+            decide_fallback(item, Unless::Read, &read_at_item, false),
+            Fallback::SkipRead,
+            "a watermark at the item covers it"
+        );
+        assert_eq!(Unless::Seen.mark(&read_at_item), item);
+        assert_eq!(Unless::parse("seen"), Some(Unless::Seen));
+        assert_eq!(Unless::parse("opened"), None);
+    }
+
     fn position() -> impl Strategy<Value = Position> {
         (0i64..6, 0i64..6).prop_map(|(tx, id)| p(tx, id))
     }
@@ -394,6 +506,52 @@ mod tests {
                 .count() as u32;
             let expected = BadgeCount { count: naive.min(cap), capped: naive > cap };
             prop_assert_eq!(unread_count(positions.iter().copied(), mark, &set, cap), expected);
+        }
+
+        #[test]
+        fn a_fallback_is_sent_exactly_when_the_badge_still_counts_the_item(
+            item in position(),
+            seen in position(),
+            read in position(),
+            one_by_one in any::<bool>(),
+        ) {
+            let marks = Watermarks { seen, read };
+            let mut set = ReadSet::new();
+            if one_by_one {
+                set.insert(item).expect("room");
+            }
+            let unread = unread_count([item], marks.read, &set, BADGE_CAP).count == 1;
+            let unseen = unread_count([item], marks.effective_seen(), &set, BADGE_CAP).count == 1;
+            let on_read = decide_fallback(item, Unless::Read, &marks, one_by_one);
+            let on_seen = decide_fallback(item, Unless::Seen, &marks, one_by_one);
+            prop_assert_eq!(on_read == Fallback::Send, unread);
+            prop_assert_eq!(on_seen == Fallback::Send, unseen);
+            // Seen is the weaker condition: whatever waits on `read` and is
+            // skipped is skipped when waiting on `seen` too.
+            prop_assert!(on_read == Fallback::Send || on_seen != Fallback::Send);
+            // Skipped only when the recorded mark covers the item or it was
+            // read one by one: what `GET /v1/alerts/{id}` explains.
+            if on_read == Fallback::Send {
+                prop_assert!(item > Unless::Read.mark(&marks));
+            } else {
+                prop_assert!(item <= Unless::Read.mark(&marks) || one_by_one);
+            }
+        }
+
+        #[test]
+        fn a_later_watermark_never_turns_a_skip_into_a_send(
+            item in position(),
+            first in position(),
+            proposed in position(),
+            head in position(),
+            unless in prop_oneof![Just(Unless::Read), Just(Unless::Seen)],
+        ) {
+            let mut marks = Watermarks { seen: first, read: first };
+            let before = decide_fallback(item, unless, &marks, false);
+            marks.advance_read(proposed, head);
+            marks.advance_seen(proposed, head);
+            let after = decide_fallback(item, unless, &marks, false);
+            prop_assert!(before == Fallback::Send || after != Fallback::Send);
         }
 
         #[test]

@@ -10,6 +10,7 @@
 // ticket); where the server has no stream, the page polls `after=head`.
 import initCore, * as core from "./core/tidings_core.js";
 import { InboxModel } from "./model.js";
+import { PreferencePanel } from "./preferences.js";
 
 const PAGE_SIZE = 20;
 const DEFAULT_POLL_MS = 500;
@@ -350,10 +351,27 @@ class Inbox {
     }
   }
 
+  async toggleSettings() {
+    const open = this.settings.getAttribute("aria-expanded") !== "true";
+    this.settings.setAttribute("aria-expanded", String(open));
+    try {
+      await this.preferences.show(open);
+    } catch (e) {
+      this.setStatus(`Settings could not be loaded: ${e.message}`);
+    }
+  }
+
   handle() {
     return {
       badge: () => this.model.badge(),
-      stats: () => ({ ...this.model.stats, live: this.live, pending: this.pending, ...this.timings }),
+      stats: () => ({
+        ...this.model.stats,
+        live: this.live,
+        pending: this.pending,
+        preferenceDrift: this.preferences.drift,
+        ...this.timings,
+      }),
+      settings: () => this.toggleSettings(),
       items: () => this.model.items(),
       head: () => this.model.head,
       markAllRead: () => this.markAllRead(),
@@ -403,6 +421,17 @@ class Inbox {
       "Mark all as read",
     );
     this.liveDot = el("span", { class: "tdg-live" });
+    this.preferences = new PreferencePanel(core, (m, p, b) => this.call(m, p, b), el);
+    this.settings = el(
+      "button",
+      {
+        class: "tdg-settings",
+        type: "button",
+        "aria-expanded": "false",
+        onclick: () => this.toggleSettings(),
+      },
+      "Settings",
+    );
     this.list = el("ul", { class: "tdg-list", role: "feed", "aria-label": "Notifications" });
     this.list.addEventListener("keydown", (e) => this.onKey(e));
     this.sentinel = el("div", { class: "tdg-sentinel", "aria-hidden": "true" });
@@ -417,8 +446,10 @@ class Inbox {
         el("h2", {}, "Inbox"),
         this.summary,
         this.liveDot,
+        this.settings,
         this.readAll,
       ),
+      this.preferences.node,
       this.statusLine,
       this.list,
       this.empty,

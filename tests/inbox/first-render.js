@@ -5,7 +5,8 @@
 // several cold loads (a new browser context each, so nothing is cached), plus
 // the bytes the page's files took on the wire. A measurement, not a test.
 //
-// Against the bench's tier S data (issue 10 asks for it there):
+// Against the bench's tier S data (ARCHITECTURE.md's code map, `tests/inbox/`:
+// first render is measured on the bench's seeded data):
 //   BENCH_PG_PORT=55443 scripts/bench --tier S --only health   # seeds tidings_bench_s
 //   # start that cluster again (scripts/bench stops it), then:
 //   DATABASE_URL=postgres://postgres@127.0.0.1:55443/tidings_bench_s \

@@ -160,6 +160,57 @@ test('the page shows a seeded feed, newest first, styled by read state, and scro
   await page.close();
 });
 
+test('the page takes its token out of the address and runs under a policy that forbids framing', async () => {
+  const t = await tenant('policy');
+  await t.post();
+  const page = await browser.newPage();
+  const violations = [];
+  page.on('console', (m) => { if (/Content Security Policy/i.test(m.text())) violations.push(m.text()); });
+  const response = await page.goto(`${BASE}/inbox/#token=${t.token}`);
+  await page.waitForFunction(() => window.tidingsInbox !== undefined, null, { timeout: 30000 });
+  await page.waitForSelector('.tdg-item');
+  const policy = response.headers()['content-security-policy'];
+  assert.match(policy, /frame-ancestors 'none'/);
+  assert.match(policy, /connect-src 'self'/);
+  assert.doesNotMatch(policy, /script-src[^;]*'unsafe-inline'/);
+  assert.equal(response.headers()['referrer-policy'], 'no-referrer');
+  assert.equal(new URL(page.url()).hash, '', 'the token stays in the address');
+  assert.deepEqual(violations, []);
+  await page.close();
+});
+
+test('the preference panel shows what fan-out decides, locks what is not the user\'s, and saves a toggle', async () => {
+  const t = await tenant('preferences');
+  await t.post();
+  await api('PUT', '/v1/categories/billing', t.key, { label: 'Billing', event_types: ['invoice.overdue'] });
+  await api('PUT', '/v1/categories/security', t.key, { label: 'Security', critical: true, event_types: ['password.reset'] });
+  await api('PUT', '/v1/categories/digest', t.key, { label: 'Weekly digest', defaults: { email: 'off' } });
+  await api('PUT', '/v1/preference-defaults', t.key, {
+    settings: [{ scope: 'category', key: 'billing', channel: 'webhook', setting: 'off', locked: true }],
+  });
+  const page = await openInbox(t.token);
+  await page.waitForSelector('.tdg-item');
+  await page.evaluate(() => window.tidingsInbox.settings());
+  const box = (category, channel) => `.tdg-prefs input[data-category="${category}"][data-channel="${channel}"]`;
+  await page.waitForSelector(box('billing', 'email'));
+  const state = (category, channel) => page.$eval(box(category, channel), (b) => ({ on: b.checked, locked: b.disabled }));
+  assert.deepEqual(await state('billing', 'email'), { on: true, locked: false });
+  assert.deepEqual(await state('billing', 'webhook'), { on: false, locked: true }, 'a locked tenant default');
+  assert.deepEqual(await state('security', 'email'), { on: true, locked: true }, 'critical');
+  assert.deepEqual(await state('digest', 'email'), { on: false, locked: false }, "the category's default");
+  // Billing email off: shown at once, saved, and what fan-out will decide.
+  await page.click(box('billing', 'email'));
+  assert.equal((await state('billing', 'email')).on, false);
+  await settled(page);
+  const saved = await api('GET', '/v1/users/alice/preferences', t.key);
+  const cell = saved.categories.find((r) => r.category.key === 'billing').channels.find((c) => c.channel === 'email');
+  assert.deepEqual([cell.setting, cell.decided_by], ['off', 'user_category']);
+  assert.equal((await page.evaluate(() => window.tidingsInbox.stats())).preferenceDrift, 0);
+  await page.screenshot({ path: path.join(SHOTS, 'preferences.png') });
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
 test('a posted event appears within 1 s without a reload', async () => {
   const t = await tenant('live');
   await t.post();

@@ -2,7 +2,9 @@
 """A real SMTP server (aiosmtpd) for the delivery tests.
 
 Records every accepted or refused message as one JSON line: {message_id, to,
-rcpt_tos, mail_from, subject, body, answered}. With --fail-first N, the first
+rcpt_tos, mail_from, subject, body, html, content_type, parts, answered}:
+`body` is the text/plain part, `html` the text/html part (or null),
+`content_type` the message's own, `parts` the content types of its leaves. With --fail-first N, the first
 N deliveries of each Message-ID get a transient 451, so the sender retries.
 
 Prints "listening on PORT" once bound (port 0 picks a free one).
@@ -35,13 +37,20 @@ def main():
             seen[message_id] += 1
             answer = "451 4.3.0 try again later" if seen[message_id] <= args.fail_first else "250 OK"
             body = message.get_body(preferencelist=("plain",))
+            html = message.get_body(preferencelist=("html",))
             out.write(json.dumps({
                 "message_id": message_id,
                 "to": message.get("To"),
                 "rcpt_tos": list(envelope.rcpt_tos),
                 "mail_from": envelope.mail_from,
                 "subject": message.get("Subject"),
+                "list_unsubscribe": message.get("List-Unsubscribe"),
+                "list_unsubscribe_post": message.get("List-Unsubscribe-Post"),
+                "list_id": message.get("List-Id"),
                 "body": body.get_content() if body is not None else None,
+                "html": html.get_content() if html is not None else None,
+                "content_type": message.get_content_type(),
+                "parts": [part.get_content_type() for part in message.walk() if not part.is_multipart()],
                 "answered": answer,
             }) + "\n")
             return answer

@@ -2,12 +2,43 @@
 
 use std::{process::Command, time::Duration};
 
-use serde_json::json;
+use jsonwebtoken::{encode, EncodingKey, Header};
+use serde_json::{json, Value};
 
 use crate::{process::tidings_bin, TestDb, TidingsProcess};
 
 /// The admin token every test server runs with.
 pub const ADMIN_TOKEN: &str = "test-admin-token-of-at-least-32-bytes";
+
+/// The `/metrics` token every test server runs with (`TIDINGS_METRICS_TOKEN`),
+/// so the API listener serves `/metrics` behind it; [`TestApp::scrape`].
+pub const METRICS_TOKEN: &str = "test-metrics-token-of-at-least-32-bytes";
+
+/// Seconds since the Unix epoch, the clock of a user token's `iat`, `nbf`
+/// and `exp`.
+pub fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// A user token signed by hand with `secret` (HS256, no `kid`), carrying
+/// `claims` as given: for tokens the API would not mint.
+pub fn jwt(secret: &str, claims: Value) -> String {
+    jwt_with_kid(secret, None, claims)
+}
+
+/// [`jwt`] with the header's `kid` (which signing secret verifies it).
+pub fn jwt_with_kid(secret: &str, kid: Option<&str>, claims: Value) -> String {
+    let header = Header {
+        kid: kid.map(str::to_owned),
+        ..Header::default()
+    };
+    encode(
+        &header,
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encodable claims")
+}
 
 /// A tenant created through the admin API, with its credentials.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -92,6 +123,7 @@ impl TestApp {
         // Tests go at their own pace, much faster than one client would: rate
         // limits are off unless a test turns them on (tests/tests/limits.rs).
         cmd.env("TIDINGS_RATE_LIMITS", "false");
+        cmd.env("TIDINGS_METRICS_TOKEN", METRICS_TOKEN);
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let (process, base) = TidingsProcess::start(cmd, "tidings listening on ").await?;
         let http = reqwest::Client::builder()
@@ -113,6 +145,15 @@ impl TestApp {
     /// cannot make, such as reading a stream as it arrives).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The Prometheus text of `GET /metrics`, scraped with [`METRICS_TOKEN`].
+    pub async fn scrape(&self) -> String {
+        self.raw(reqwest::Method::GET, "/metrics")
+            .bearer(METRICS_TOKEN)
+            .reply(200)
+            .await
+            .text
     }
 
     /// Creates a tenant through `POST /v1/admin/tenants`.

@@ -35,6 +35,7 @@ use std::{fmt::Display, marker::PhantomData};
 use reqwest::{header::HeaderMap, Method};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tidings_core::Position;
 
 use crate::{TestApp, TestTenant, ADMIN_TOKEN};
 
@@ -501,10 +502,77 @@ impl<'a> TenantApi<'a> {
             .call(Method::POST, format!("/v1/deliveries/{id}/retry"))
     }
 
+    /// `event-types.delivery.put`
+    pub fn put_event_type_delivery(&self, event_type: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(
+                Method::PUT,
+                format!("/v1/event-types/{event_type}/delivery"),
+            )
+            .with_json(body)
+    }
+
+    /// `event-types.delivery.get`
+    pub fn event_type_delivery(&self, event_type: impl Display) -> Call<'a> {
+        self.0.call(
+            Method::GET,
+            format!("/v1/event-types/{event_type}/delivery"),
+        )
+    }
+
     /// `users.put`
     pub fn put_user(&self, user_id: impl Display, body: &Value) -> Call<'a> {
         self.0
             .call(Method::PUT, format!("/v1/users/{user_id}"))
+            .with_json(body)
+    }
+
+    /// `categories.put` (201 created, 200 replaced)
+    pub fn put_category(&self, key: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PUT, format!("/v1/categories/{key}"))
+            .with_json(body)
+    }
+
+    /// `categories.list`
+    pub fn list_categories(&self) -> Call<'a> {
+        self.0.call(Method::GET, "/v1/categories".into())
+    }
+
+    /// `categories.get`
+    pub fn get_category(&self, key: impl Display) -> Call<'a> {
+        self.0.call(Method::GET, format!("/v1/categories/{key}"))
+    }
+
+    /// `preferences.get`
+    pub fn preferences(&self, user_id: impl Display) -> Call<'a> {
+        self.0
+            .call(Method::GET, format!("/v1/users/{user_id}/preferences"))
+    }
+
+    /// `preferences.patch`
+    pub fn patch_preferences(&self, user_id: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PATCH, format!("/v1/users/{user_id}/preferences"))
+            .with_json(body)
+    }
+
+    /// `preferences.put`
+    pub fn put_preferences(&self, user_id: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PUT, format!("/v1/users/{user_id}/preferences"))
+            .with_json(body)
+    }
+
+    /// `preference_defaults.get`
+    pub fn preference_defaults(&self) -> Call<'a> {
+        self.0.call(Method::GET, "/v1/preference-defaults".into())
+    }
+
+    /// `preference_defaults.put`
+    pub fn put_preference_defaults(&self, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PUT, "/v1/preference-defaults".into())
             .with_json(body)
     }
 
@@ -516,6 +584,67 @@ impl<'a> TenantApi<'a> {
     /// `users.delete`
     pub fn delete_user(&self, user_id: impl Display) -> Call<'a, ()> {
         self.0.call(Method::DELETE, format!("/v1/users/{user_id}"))
+    }
+
+    /// `templates.put`; `query` is empty or starts with `?` (`?locale=fr`).
+    pub fn put_template(
+        &self,
+        event_type: impl Display,
+        channel: &str,
+        query: &str,
+        body: &Value,
+    ) -> Call<'a> {
+        self.0
+            .call(
+                Method::PUT,
+                format!("/v1/templates/{event_type}/{channel}{query}"),
+            )
+            .with_json(body)
+    }
+
+    /// `templates.get`; `query` is empty or starts with `?`.
+    pub fn get_template(&self, event_type: impl Display, channel: &str, query: &str) -> Call<'a> {
+        self.0.call(
+            Method::GET,
+            format!("/v1/templates/{event_type}/{channel}{query}"),
+        )
+    }
+
+    /// `templates.delete`; `query` is empty or starts with `?`.
+    pub fn delete_template(
+        &self,
+        event_type: impl Display,
+        channel: &str,
+        query: &str,
+    ) -> Call<'a, ()> {
+        self.0.call(
+            Method::DELETE,
+            format!("/v1/templates/{event_type}/{channel}{query}"),
+        )
+    }
+
+    /// `templates.list`; `query` is empty or starts with `?`.
+    pub fn list_templates(&self, query: &str) -> Call<'a> {
+        self.0.call(Method::GET, format!("/v1/templates{query}"))
+    }
+
+    /// `templates.preview`
+    pub fn preview_template(&self, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::POST, "/v1/templates/preview".into())
+            .with_json(body)
+    }
+
+    /// `template-settings.get`
+    pub fn template_settings(&self) -> Call<'a> {
+        self.0.call(Method::GET, "/v1/template-settings".into())
+    }
+
+    /// `template-settings.put`
+    pub fn put_template_settings(&self, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PUT, "/v1/template-settings".into())
+            .with_json(body)
     }
 
     /// `webhook-endpoints.create`
@@ -613,6 +742,34 @@ impl<'a> UserApi<'a> {
     pub fn create_stream_ticket(&self) -> Call<'a> {
         self.0.call(Method::POST, "/v1/feed/stream-tickets".into())
     }
+
+    /// `me.preferences.get`
+    pub fn preferences(&self) -> Call<'a> {
+        self.0.call(Method::GET, "/v1/me/preferences".into())
+    }
+
+    /// `me.preferences.patch`
+    pub fn patch_preferences(&self, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PATCH, "/v1/me/preferences".into())
+            .with_json(body)
+    }
+}
+
+/// The feed position a `cursor` (or `head`) of a feed answer or an event
+/// names; positions compare in feed order.
+pub fn position(cursor: &Value) -> Position {
+    Position::from_cursor(cursor.as_str().expect("cursor string")).expect("valid cursor")
+}
+
+/// The ids of a feed page's items, in the page's order.
+pub fn item_ids(page: &Value) -> Vec<i64> {
+    page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["id"].as_i64().expect("id"))
+        .collect()
 }
 
 /// Health and documents (no credential).

@@ -32,17 +32,31 @@ fn base_port() -> u16 {
         .unwrap_or_else(|| checkout_port(env!("CARGO_MANIFEST_DIR")))
 }
 
-/// 20000–31999 in steps of 8 (two clusters of four ports), from the path.
-fn checkout_port(path: &str) -> u16 {
-    // FNV-1a: stable across builds and Rust versions, unlike `DefaultHasher`.
-    let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    20000 + (hash % 1500) as u16 * 8
-}
+// Shared with the bench (bench/src/main.rs), whose PostgreSQL takes a port
+// of its checkout's own the same way.
+#[path = "checkout_port.rs"]
+mod checkout_port;
+pub use checkout_port::checkout_port;
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster")
+}
+
+/// Runs `scripts/cluster ARGS`; its stdout, or an error with all it printed.
+async fn run_script(args: &[&str]) -> anyhow::Result<String> {
+    let mut cmd = Command::new(script());
+    cmd.args(args);
+    let output = tokio::task::spawn_blocking(move || cmd.output())
+        .await?
+        .context("running scripts/cluster")?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        bail!(
+            "scripts/cluster {args:?} failed:\n{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(stdout)
 }
 
 impl Cluster {
@@ -67,20 +81,10 @@ impl Cluster {
 
     /// Runs `scripts/cluster ARGS` on this cluster; fails with its output.
     pub async fn run(&self, args: &[&str]) -> anyhow::Result<()> {
-        let mut cmd = Command::new(script());
-        cmd.args(args)
-            .args(["--name", self.name, "--port", &self.port.to_string()]);
-        let output = tokio::task::spawn_blocking(move || cmd.output())
-            .await?
-            .context("running scripts/cluster")?;
-        if !output.status.success() {
-            bail!(
-                "scripts/cluster {args:?} failed:\n{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(())
+        let port = self.port.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--name", self.name, "--port", &port]);
+        run_script(&all).await.map(drop)
     }
 
     fn url(port: u16, database: &str) -> String {
@@ -157,5 +161,76 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    }
+}
+
+/// The highly available topology of `scripts/cluster --ha` (three PostgreSQL
+/// nodes under Patroni, etcd, HAProxy in front of the primary) on ports of
+/// this checkout's own, for the failover tests, which kill its nodes. `up`
+/// restarts what a test killed; `scripts/test` stops it after its run.
+pub struct HaCluster;
+
+/// What `scripts/cluster up|status --ha` prints on its last line.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct HaTopology {
+    pub database_url: String,
+    pub nodes: Vec<HaNode>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct HaNode {
+    pub name: String,
+    /// `primary`, `sync_standby`, `async_standby` or `down`.
+    pub role: String,
+    pub port: u16,
+    /// The postmaster.
+    pub pid: Option<u32>,
+    /// Its Patroni, which would restart a postmaster killed alone.
+    pub patroni_pid: Option<u32>,
+}
+
+impl HaTopology {
+    /// The node in `role`, if one is.
+    pub fn node(&self, role: &str) -> Option<&HaNode> {
+        self.nodes.iter().find(|n| n.role == role)
+    }
+
+    /// The maintenance database, through HAProxy (wherever the primary is).
+    pub fn admin_url(&self) -> String {
+        replace_database(&self.database_url, "postgres")
+    }
+}
+
+impl HaCluster {
+    pub const NAME: &'static str = "test-ha";
+
+    /// P..P+8 (scripts/ha): a port of this checkout's own, apart from the
+    /// other clusters' (`TIDINGS_TEST_HA_PORT` overrides it).
+    pub fn port() -> u16 {
+        std::env::var("TIDINGS_TEST_HA_PORT")
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| checkout_port(concat!(env!("CARGO_MANIFEST_DIR"), "/ha")))
+    }
+
+    /// Starts (or repairs) the topology and waits until it has a primary and
+    /// a synchronous standby.
+    pub async fn up() -> HaTopology {
+        HaCluster::run("up").await.expect("scripts/cluster up --ha")
+    }
+
+    /// The current roles, as Patroni reports them.
+    pub async fn status() -> HaTopology {
+        HaCluster::run("status")
+            .await
+            .expect("scripts/cluster status --ha")
+    }
+
+    async fn run(command: &'static str) -> anyhow::Result<HaTopology> {
+        let port = HaCluster::port().to_string();
+        let stdout =
+            run_script(&[command, "--ha", "--name", HaCluster::NAME, "--port", &port]).await?;
+        let last = stdout.lines().last().unwrap_or_default();
+        serde_json::from_str(last).with_context(|| format!("the topology line: {last:?}"))
     }
 }

@@ -5,12 +5,16 @@
 //!
 //! - [`TestApp`]: `tidings serve` on a fresh database ([`TestDb`]), with
 //!   [`TestApp::create_tenant`] and [`TestApp::user_token`] for credentials;
-//!   [`TenantFixture`]: a server, its database and one tenant.
+//!   [`TenantFixture`]: a server, its database and one tenant ([`member_of`]:
+//!   with a member and a token); [`jwt`] for tokens signed by hand.
+//! - [`alert`]: the one builder of an alert's body; [`post_event`] and
+//!   [`post_served_event`] for events.
 //! - [`client`]: one method per operation, grouped by credential
 //!   (`app.admin()`, `app.tenant(&t)`, `app.user(&token)`, `app.public()`), each
 //!   call stating its expected status; [`TestApp::raw`] for malformed input.
 //!   Every request goes through one path, where answers are checked against
-//!   `openapi/openapi.json` ([`openapi`]).
+//!   `openapi/openapi.json` ([`openapi`]). [`client::position`] and
+//!   [`client::item_ids`] read feed answers.
 //! - [`TidingsProcess`]: the one wrapper for a `tidings` process, `serve` or
 //!   `worker`.
 //! - [`webhook_fixture`]: a server, a tenant and a webhook receiver that trusts
@@ -36,15 +40,20 @@ mod webhooks;
 
 use std::time::Duration;
 
-pub use app::{AppOptions, TestApp, TestTenant, ADMIN_TOKEN};
-pub use cluster::Cluster;
+pub use app::{
+    jwt, jwt_with_kid, unix_now, AppOptions, TestApp, TestTenant, ADMIN_TOKEN, METRICS_TOKEN,
+};
+pub use cluster::{checkout_port, Cluster, HaCluster, HaNode, HaTopology};
 pub use db::{admin_url, TestDb};
-pub use fixtures::{user_with_email, TenantFixture};
+pub use fixtures::{
+    alert, member_of, member_of_with, post_event, post_served_event, user_with_email, AlertBody,
+    TenantFixture,
+};
 pub use process::{tidings_bin, TidingsProcess};
 pub use receivers::Receiver;
 pub use webhooks::{
-    create_endpoint, post_to_recipients, recipients, webhook_alert, webhook_fixture,
-    without_workers, worker_env, Endpoint, WebhookFixture,
+    create_endpoint, post_to_recipients, recipients, webhook_fixture, without_workers, worker_env,
+    Endpoint, WebhookFixture,
 };
 
 /// Polls `check` every 100 ms until it is true; false after `limit`.

@@ -88,6 +88,27 @@ pub(crate) fn check(method: &Method, path: &str, reply: &Reply) {
     }
 }
 
+/// Whether `value` matches the component schema `name` of the document; `Err`
+/// says how it does not. For what no HTTP answer carries whole, such as the
+/// data of a stream event (the stream's answer is `text/event-stream`).
+pub fn check_component(name: &str, value: &Value) -> Result<(), String> {
+    let spec = Spec::get();
+    let mut compiler = boon::Compiler::new();
+    compiler.set_default_draft(boon::Draft::V4);
+    compiler.enable_format_assertions();
+    compiler
+        .add_resource(DOCUMENT, spec.document.clone())
+        .expect("openapi.json as a schema resource");
+    let mut schemas = boon::Schemas::new();
+    let location = format!("{DOCUMENT}#{}", pointer(&["components", "schemas", name]));
+    let index = compiler
+        .compile(&location, &mut schemas)
+        .map_err(|e| format!("compiling {location}: {e:#}"))?;
+    schemas
+        .validate(value, index)
+        .map_err(|e| format!("{e}\n{name}: {value}"))
+}
+
 /// One operation of the document: where its path parameters are.
 struct Operation {
     id: String,

@@ -102,6 +102,11 @@ impl TidingsProcess {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// What the process logged so far (for assertion messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr_log).unwrap_or_default()

@@ -163,7 +163,8 @@ pub async fn deliveries_by_channel_and_status(
     tenant: &TestTenant,
 ) -> Vec<(String, String, i64)> {
     sqlx::query_as(&format!(
-        "SELECT channel, {STATUS_SQL}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT channel, {status}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+        status = *STATUS_SQL,
     ))
     .bind(tenant.uuid())
     .fetch_all(pool)
@@ -304,7 +305,8 @@ pub async fn delivery_ids(pool: &PgPool, channel: &str) -> Vec<i64> {
 /// would page through thousands of rows per poll).
 pub async fn status_counts(pool: &PgPool, tenant: &TestTenant) -> HashMap<String, i64> {
     sqlx::query_as::<_, (String, i64)>(&format!(
-        "SELECT {STATUS_SQL}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1",
+        "SELECT {status}, count(*) FROM {ALL_DELIVERIES} WHERE tenant_id = $1 GROUP BY 1",
+        status = *STATUS_SQL,
     ))
     .bind(tenant.uuid())
     .fetch_all(pool)
@@ -334,9 +336,10 @@ impl DeliveryRow {
 /// tests that use it).
 pub async fn delivery(pool: &PgPool, tenant: &TestTenant, key: &str) -> DeliveryRow {
     sqlx::query_as(&format!(
-        "SELECT notification_key, {STATUS_SQL} AS status, attempts, last_error,
+        "SELECT notification_key, {status} AS status, attempts, last_error,
                 sent_at IS NOT NULL AS sent_at_set
          FROM {ALL_DELIVERIES} WHERE tenant_id = $1 AND notification_key = $2",
+        status = *STATUS_SQL,
     ))
     .bind(tenant.uuid())
     .bind(key)
@@ -424,7 +427,14 @@ pub async fn event_in_open_transaction(
 /// (the test server's own maintenance database) until the connection drops;
 /// returns the connection and the id.
 pub async fn xid_held_in_another_database() -> (PgConnection, i64) {
-    let mut conn = PgConnection::connect(&admin_url()).await.expect("connect");
+    xid_held_on(&admin_url()).await
+}
+
+/// Hold: a transaction with an id (`BEGIN; SELECT pg_current_xact_id()`) on
+/// the server and database of `url`, open until the connection drops;
+/// returns the connection and the id.
+pub async fn xid_held_on(url: &str) -> (PgConnection, i64) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
     sqlx::query("BEGIN")
         .execute(&mut conn)
         .await
@@ -480,20 +490,6 @@ pub async fn end_previous_secret_grace(pool: &PgPool, endpoint_id: &str) {
         1,
         "endpoint {endpoint_id} was not rotated"
     );
-}
-
-/// The backend pids of the server's pipeline sessions on `pool`'s database
-/// (server/src/pipeline.rs: they name themselves in `pg_stat_activity`).
-pub async fn pipeline_sessions(pool: &PgPool) -> Vec<i32> {
-    sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity
-          WHERE datname = current_database() AND application_name = $1
-          ORDER BY pid",
-    )
-    .bind(tidings_server::pipeline::APPLICATION_NAME)
-    .fetch_all(pool)
-    .await
-    .expect("pipeline sessions")
 }
 
 /// Stage: forgets the newest applied migration, so the binary knows more
@@ -575,4 +571,27 @@ async fn standby_call(url: &str, statement: &str) {
         .execute(&mut conn)
         .await
         .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
+/// Stage: a database from before secrets were bound to their rows, whose
+/// next start binds them (`secrets_bound` removed).
+pub async fn stage_secrets_never_bound(pool: &PgPool) {
+    sqlx::query("DELETE FROM secrets_bound")
+        .execute(pool)
+        .await
+        .expect("stage secrets never bound");
+}
+
+/// Stage: `from`'s stored signing secret copied into `to`'s row, as someone
+/// who can write the table (but holds no key) could.
+pub async fn copy_stored_signing_secret(pool: &PgPool, from: &TestTenant, to: &TestTenant) {
+    sqlx::query(
+        "UPDATE tenants SET signing_secret = (SELECT signing_secret FROM tenants WHERE id = $1::uuid)
+          WHERE id = $2::uuid",
+    )
+    .bind(&from.id)
+    .bind(&to.id)
+    .execute(pool)
+    .await
+    .expect("copy a stored signing secret");
 }

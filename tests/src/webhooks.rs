@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::{
+    alert,
     client::TenantApi,
     eventually,
     sql::{self, DeliveryRow},
@@ -72,17 +73,7 @@ pub async fn create_endpoint(api: &TenantApi<'_>, url: &str, event_type: Option<
     }
 }
 
-/// An alert of `event_type` about a fresh entity, for the webhook channel.
-pub fn webhook_alert(event_type: &str) -> Value {
-    json!({
-        "event_type": event_type,
-        "entity_id": format!("inv_{}", uuid::Uuid::new_v4().simple()),
-        "channels": ["webhook"],
-        "payload": {}
-    })
-}
-
-/// Posts `alert` for `recipients`, in posts of at most 1,000 (the API's limit),
+/// Posts `alert` (its recipients replaced) for `recipients`, in posts of at most 1,000 (the API's limit),
 /// and returns each recipient's notification key in the order of `recipients`.
 /// Every key must be new and go to exactly one subscribed endpoint.
 pub async fn post_to_recipients(
@@ -192,7 +183,12 @@ impl WebhookFixture {
     /// Webhooks of `event_type` for `recipients` (one alert per 1,000); their
     /// notification keys, in the order of `recipients`.
     pub async fn send(&self, event_type: &str, recipients: &[String]) -> Vec<String> {
-        post_to_recipients(&self.api(), &webhook_alert(event_type), recipients).await
+        let alert = alert()
+            .event_type(event_type)
+            .fresh_entity()
+            .channels(&["webhook"])
+            .build();
+        post_to_recipients(&self.api(), &alert, recipients).await
     }
 
     /// One webhook of `event_type` for `recipient`; its notification key.

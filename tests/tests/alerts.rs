@@ -6,9 +6,10 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::{json, Value};
 use tidings_tests::{
+    alert,
     client::{Reply, TenantApi},
     sql::{self, Rows},
-    user_with_email, AppOptions, TenantFixture,
+    user_with_email, AlertBody, AppOptions, TenantFixture,
 };
 
 /// Adds members through the API, as a tenant's backend would.
@@ -18,15 +19,12 @@ async fn add_members(api: &TenantApi<'_>, team: &str, users: &[String]) {
     }
 }
 
-fn invoice_alert(recipients: &[&str], channels: &[&str]) -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv-42",
-        "recipients": recipients,
-        "channels": channels,
-        "subject": "Invoice 42 is overdue",
-        "payload": {"amount_cents": 1200, "currency": "EUR"}
-    })
+/// Invoice 42 as a sender writes it, with a subject and a payload: the alert
+/// of these tests.
+fn invoice() -> AlertBody {
+    alert()
+        .subject("Invoice 42 is overdue")
+        .payload(json!({"amount_cents": 1200, "currency": "EUR"}))
 }
 
 /// A tenant whose `emailed` users have addresses and whose one webhook
@@ -113,10 +111,12 @@ async fn one_event_on_three_channels_for_three_recipients_makes_nine_deliveries(
         .await;
 
     let body = api
-        .create_alert(&invoice_alert(
-            &["ann", "bob", "cat"],
-            &["email", "in_app", "webhook"],
-        ))
+        .create_alert(
+            &invoice()
+                .recipients(&["ann", "bob", "cat"])
+                .channels(&["email", "in_app", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
     let items = body["deliveries"].as_array().unwrap();
@@ -167,7 +167,7 @@ async fn reposting_an_alert_creates_nothing_and_answers_with_the_original_alert(
     let f = TenantFixture::spawn().await;
     let (app, pool, tenant) = (&f.app, &f.pool, &f.tenant);
     let api = f.api();
-    let alert = invoice_alert(&["ann", "bob"], &["in_app"]);
+    let alert = invoice().recipients(&["ann", "bob"]).build();
     let first = api.create_alert(&alert).expect(202).await;
     let again = api.create_alert(&alert).expect(202).await;
     assert!(
@@ -185,7 +185,7 @@ async fn reposting_an_alert_creates_nothing_and_answers_with_the_original_alert(
 
     // A partial overlap creates a new alert holding only the new key.
     let more = api
-        .create_alert(&invoice_alert(&["ann", "bob", "cat"], &["in_app"]))
+        .create_alert(&invoice().recipients(&["ann", "bob", "cat"]).build())
         .expect(202)
         .await;
     let statuses: Vec<(&str, &str)> = more["deliveries"]
@@ -232,7 +232,12 @@ async fn email_without_address_and_webhook_without_endpoint_are_skipped_with_the
         .expect(201)
         .await;
     let body = api
-        .create_alert(&invoice_alert(&["ann", "bob"], &["email", "webhook"]))
+        .create_alert(
+            &invoice()
+                .recipients(&["ann", "bob"])
+                .channels(&["email", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
     let status = |r: &str, c: &str| {
@@ -263,32 +268,37 @@ async fn invalid_alerts_get_problems_and_store_nothing() {
     let f = TenantFixture::spawn().await;
     let (app, pool, tenant) = (&f.app, &f.pool, &f.tenant);
     let api = f.api();
-    let mut both = invoice_alert(&["a"], &["in_app"]);
+    let mut both = invoice().recipients(&["a"]).build();
     both["team_id"] = json!("t");
-    let mut neither = invoice_alert(&["a"], &["in_app"]);
+    let mut neither = invoice().recipients(&["a"]).build();
     neither.as_object_mut().unwrap().remove("recipients");
     let too_many: Vec<String> = (0..1001).map(|i| format!("u{i}")).collect();
-    let too_many: Vec<&str> = too_many.iter().map(String::as_str).collect();
-    let mut big_payload = invoice_alert(&["a"], &["in_app"]);
-    big_payload["payload"] = json!({"x": "y".repeat(17 * 1024)});
-    let mut array_payload = invoice_alert(&["a"], &["in_app"]);
-    array_payload["payload"] = json!([1, 2]);
-    let mut empty_event = invoice_alert(&["a"], &["in_app"]);
-    empty_event["event_type"] = json!("");
+    let big_payload = invoice()
+        .recipients(&["a"])
+        .payload(json!({"x": "y".repeat(17 * 1024)}))
+        .build();
+    let array_payload = invoice().recipients(&["a"]).payload(json!([1, 2])).build();
+    let empty_event = invoice().recipients(&["a"]).event_type("").build();
+    let mut unknown_field = alert()
+        .event_type("e")
+        .entity("x")
+        .recipients(&["a"])
+        .build();
+    unknown_field["extra"] = json!(1);
     for (bad, status) in [
         (both, 422),
         (neither, 422),
-        (invoice_alert(&too_many, &["in_app"]), 422),
-        (invoice_alert(&["a"], &[]), 422),
-        (invoice_alert(&[], &["in_app"]), 422),
-        (invoice_alert(&["a"], &["push"]), 400),
+        (invoice().recipients(&too_many).build(), 422),
+        (invoice().recipients(&["a"]).channels(&[]).build(), 422),
+        (invoice().recipients::<&str>(&[]).build(), 422),
+        (
+            invoice().recipients(&["a"]).channels(&["push"]).build(),
+            400,
+        ),
         (big_payload, 422),
         (array_payload, 422),
         (empty_event, 422),
-        (
-            json!({"event_type": "e", "entity_id": "x", "recipients": ["a"], "channels": ["in_app"], "payload": {}, "extra": 1}),
-            400,
-        ),
+        (unknown_field, 400),
     ] {
         api.create_alert(&bad).problem(status).await;
     }
@@ -297,9 +307,8 @@ async fn invalid_alerts_get_problems_and_store_nothing() {
         .map(|i| format!("u{i}"))
         .chain(["u0".to_string()])
         .collect();
-    let thousand: Vec<&str> = thousand.iter().map(String::as_str).collect();
     let ok = api
-        .create_alert(&invoice_alert(&thousand, &["in_app"]))
+        .create_alert(&invoice().recipients(&thousand).build())
         .expect(202)
         .await;
     assert_eq!(ok["deliveries"].as_array().unwrap().len(), 1000);
@@ -310,7 +319,7 @@ async fn invalid_alerts_get_problems_and_store_nothing() {
     // Unauthenticated: 401.
     app.anonymous()
         .tenant()
-        .create_alert(&invoice_alert(&["a"], &["in_app"]))
+        .create_alert(&invoice().recipients(&["a"]).build())
         .problem(401)
         .await;
 }
@@ -318,7 +327,10 @@ async fn invalid_alerts_get_problems_and_store_nothing() {
 #[tokio::test]
 async fn hundred_concurrent_identical_alerts_without_a_key_notify_once() {
     let f = Arc::new(subscribed_tenant(&["ann", "bob"]).await);
-    let alert = invoice_alert(&["ann", "bob"], &["email", "in_app", "webhook"]);
+    let alert = invoice()
+        .recipients(&["ann", "bob"])
+        .channels(&["email", "in_app", "webhook"])
+        .build();
     let mut created_per_key = std::collections::HashMap::<String, usize>::new();
     for reply in hundred_at_once(&f, &alert, None).await {
         for d in reply.json()["deliveries"].as_array().unwrap() {
@@ -350,10 +362,18 @@ async fn overlapping_concurrent_alerts_leave_one_notification_per_key_and_replay
     let f = Arc::new(subscribed_tenant(&[]).await);
     let first = f
         .api()
-        .create_alert(&invoice_alert(&["ann", "bob"], &["in_app", "webhook"]))
+        .create_alert(
+            &invoice()
+                .recipients(&["ann", "bob"])
+                .channels(&["in_app", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
-    let wider = invoice_alert(&["ann", "bob", "cat", "dan"], &["in_app", "webhook"]);
+    let wider = invoice()
+        .recipients(&["ann", "bob", "cat", "dan"])
+        .channels(&["in_app", "webhook"])
+        .build();
     let replies = hundred_at_once(&f, &wider, None).await;
     let created: usize = replies
         .iter()
@@ -377,7 +397,10 @@ async fn overlapping_concurrent_alerts_leave_one_notification_per_key_and_replay
     // A full replay of either alert creates nothing and answers with the
     // alert that first created any of its keys: the first one.
     for alert in [
-        invoice_alert(&["ann", "bob"], &["in_app", "webhook"]),
+        invoice()
+            .recipients(&["ann", "bob"])
+            .channels(&["in_app", "webhook"])
+            .build(),
         wider,
     ] {
         let again = f.api().create_alert(&alert).expect(202).await;
@@ -400,7 +423,10 @@ async fn overlapping_concurrent_alerts_leave_one_notification_per_key_and_replay
 async fn hundred_concurrent_identical_alerts_with_one_key_notify_once_and_replay_the_first_answer()
 {
     let f = Arc::new(subscribed_tenant(&["ann"]).await);
-    let alert = invoice_alert(&["ann", "bob"], &["email", "in_app", "webhook"]);
+    let alert = invoice()
+        .recipients(&["ann", "bob"])
+        .channels(&["email", "in_app", "webhook"])
+        .build();
     let mut fresh = Vec::new();
     let mut replays = Vec::new();
     for reply in hundred_at_once(&f, &alert, Some("retry-me-1")).await {
@@ -438,7 +464,7 @@ async fn an_idempotency_key_in_flight_is_409_reused_with_another_body_is_422_and
 ) {
     let f = Arc::new(TenantFixture::spawn().await);
     let (pool, tenant) = (&f.pool, &f.tenant);
-    let alert = invoice_alert(&["ann"], &["in_app"]);
+    let alert = invoice().build();
 
     // Hold the fan-out lock of this (tenant, event type, entity) from outside, so
     // the first request stays in flight.
@@ -458,7 +484,7 @@ async fn an_idempotency_key_in_flight_is_409_reused_with_another_body_is_422_and
     let first = first.await.unwrap().json();
 
     // Same key, other body: 422, nothing stored.
-    let other = invoice_alert(&["zed"], &["in_app"]);
+    let other = invoice().recipients(&["zed"]).build();
     let problem = api
         .create_alert(&other)
         .idempotency_key("k1")
@@ -479,9 +505,10 @@ async fn an_idempotency_key_in_flight_is_409_reused_with_another_body_is_422_and
 
     // A validation problem is not stored: fixing the body and retrying with the
     // same key works.
-    let mut broken = invoice_alert(&["ann"], &["in_app"]);
-    broken["entity_id"] = json!("inv-43");
-    broken["payload"] = json!("not an object");
+    let mut broken = invoice()
+        .entity("inv-43")
+        .payload(json!("not an object"))
+        .build();
     api.create_alert(&broken)
         .idempotency_key("k2")
         .problem(422)
@@ -511,7 +538,7 @@ async fn a_crashed_first_requests_key_is_taken_over_after_its_lease() {
     let f = Arc::new(
         TenantFixture::spawn_with(AppOptions::env([("TIDINGS_IDEMPOTENCY_LEASE_SECS", "1")])).await,
     );
-    let alert = invoice_alert(&["ann"], &["in_app"]);
+    let alert = invoice().build();
     let blocker =
         sql::hold_alert_entity_lock(&f.pool, &f.tenant, "invoice.overdue", "inv-42").await;
     // The first request takes the key and then hangs on the lock past its
@@ -540,7 +567,7 @@ async fn idempotency_keys_are_purged_after_their_retention() {
     ]))
     .await;
     let (pool, tenant, api) = (&f.pool, &f.tenant, f.api());
-    api.create_alert(&invoice_alert(&["ann"], &["in_app"]))
+    api.create_alert(&invoice().build())
         .idempotency_key("old")
         .expect(202)
         .await;
@@ -555,7 +582,7 @@ async fn idempotency_keys_are_purged_after_their_retention() {
     assert_eq!(left, 0, "the key should have been purged");
     // Past retention, the key is new again (the notification is still a duplicate).
     let reply = api
-        .create_alert(&invoice_alert(&["ann"], &["in_app"]))
+        .create_alert(&invoice().build())
         .idempotency_key("old")
         .reply(202)
         .await;
@@ -573,9 +600,10 @@ async fn small_teams_are_expanded_inline() {
         &["ann".into(), "bob".into(), "cat".into()],
     )
     .await;
-    let mut alert = invoice_alert(&[], &["in_app", "email"]);
-    alert.as_object_mut().unwrap().remove("recipients");
-    alert["team_id"] = json!("billing");
+    let alert = invoice()
+        .team("billing")
+        .channels(&["in_app", "email"])
+        .build();
     let api = f.api();
     let body = api.create_alert(&alert).expect(202).await;
     assert_eq!(body["expansion"], "inline");
@@ -600,9 +628,10 @@ async fn large_teams_are_expanded_in_background_batches_exactly_once_per_key() {
     let (pool, tenant) = (&f.pool, &f.tenant);
     let members: Vec<String> = (0..53).map(|i| format!("member-{i:03}")).collect();
     add_members(&f.api(), "everyone", &members).await;
-    let mut alert = invoice_alert(&[], &["in_app", "email"]);
-    alert.as_object_mut().unwrap().remove("recipients");
-    alert["team_id"] = json!("everyone");
+    let alert = invoice()
+        .team("everyone")
+        .channels(&["in_app", "email"])
+        .build();
     let api = f.api();
 
     let wait_done = |alert_id: String| {
@@ -704,7 +733,7 @@ async fn webhook_endpoints_have_standard_secrets_rotate_with_grace_and_stay_in_t
     let (previous, hours_left) = sql::previous_secret(pool, id).await;
     let previous = previous.expect("the old secret keeps signing during the grace period");
     assert!(
-        previous.starts_with("tdenc:v1:") && !previous.contains(&secret[6..]),
+        previous.starts_with("tdenc:v2:") && !previous.contains(&secret[6..]),
         "stored sealed: {previous}"
     );
     assert!((23.9..=24.0).contains(&hours_left), "{hours_left}");
@@ -734,10 +763,14 @@ async fn operators_page_through_dead_deliveries_and_requeue_them() {
     for u in &users {
         user_with_email(&ours, u, Some(&format!("{u}@example.com"))).await;
     }
-    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-    ours.create_alert(&invoice_alert(&refs, &["email", "in_app"]))
-        .expect(202)
-        .await;
+    ours.create_alert(
+        &invoice()
+            .recipients(&users)
+            .channels(&["email", "in_app"])
+            .build(),
+    )
+    .expect(202)
+    .await;
     // Play the delivery worker: three emails died, one is being sent.
     let ids = sql::delivery_ids(pool, "email").await;
     sql::stage_dead_deliveries(pool, &ids[..3]).await;

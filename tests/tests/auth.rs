@@ -3,25 +3,11 @@
 
 use std::process::Command;
 
-use jsonwebtoken::{encode, EncodingKey, Header};
 use serde_json::{json, Value};
-use tidings_tests::{sql, tidings_bin, TestApp, ADMIN_TOKEN};
-
-fn jwt(secret: &str, claims: Value) -> String {
-    encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .unwrap()
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
+use tidings_tests::{jwt, sql, tidings_bin, unix_now, TestApp, ADMIN_TOKEN};
 
 fn in_an_hour() -> i64 {
-    now() + 3600
+    unix_now() + 3600
 }
 
 #[tokio::test]
@@ -76,7 +62,7 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
     let minted = app.user_token(&a, "alice").await;
     let self_signed = jwt(
         &a.signing_secret,
-        json!({"sub": "alice", "tid": a.id, "iat": now(), "exp": in_an_hour()}),
+        json!({"sub": "alice", "tid": a.id, "iat": unix_now(), "exp": in_an_hour()}),
     );
     for token in [&minted, &self_signed] {
         // A valid user token on a server-to-server endpoint: 403, not 401.
@@ -99,14 +85,14 @@ async fn tenant_signed_tokens_are_accepted_and_others_are_401() {
             "claims tenant a, signed by b",
             jwt(
                 &b.signing_secret,
-                json!({"sub": "alice", "tid": a.id, "iat": now(), "exp": in_an_hour()}),
+                json!({"sub": "alice", "tid": a.id, "iat": unix_now(), "exp": in_an_hour()}),
             ),
         ),
         (
             "unknown tenant",
             jwt(
                 &a.signing_secret,
-                json!({"sub": "alice", "tid": uuid::Uuid::new_v4(), "iat": now(), "exp": in_an_hour()}),
+                json!({"sub": "alice", "tid": uuid::Uuid::new_v4(), "iat": unix_now(), "exp": in_an_hour()}),
             ),
         ),
         (

@@ -1,10 +1,12 @@
-//! Bounded resources per connection and per request (issue 11: slowloris,
-//! connection cap, caps on stored work, paged answers, fair expansion).
+//! Bounded resources per connection and per request (ARCHITECTURE.md,
+//! "Bounded work per request" and "HTTP connections": slowloris, connection
+//! cap, caps on stored work, paged answers, fair expansion).
 
 use std::{collections::HashSet, time::Duration};
 
 use serde_json::{json, Value};
 use tidings_tests::{
+    alert,
     client::TenantApi,
     eventually,
     sql::{self, Rows},
@@ -332,17 +334,16 @@ async fn an_alert_pages_through_every_delivery_once() {
     let api = f.api();
     endpoints(&api, 3).await;
     let recipients: Vec<String> = (0..30).map(|i| format!("user-{i:02}")).collect();
-    let alert = api
-        .create_alert(&json!({
-            "event_type": "invoice.overdue",
-            "entity_id": "inv-1",
-            "recipients": recipients,
-            "channels": ["in_app", "webhook"],
-            "payload": {},
-        }))
+    let accepted = api
+        .create_alert(
+            &alert()
+                .recipients(&recipients)
+                .channels(&["in_app", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
-    let id = alert["alert_id"].as_str().unwrap().to_owned();
+    let id = accepted["alert_id"].as_str().unwrap().to_owned();
     // 30 in-app + 30 × 3 webhook deliveries; the default page is 100.
     let first = api.get_alert(&id).expect(200).await;
     assert_eq!(
@@ -366,26 +367,6 @@ async fn an_alert_pages_through_every_delivery_once() {
     api.get_alert_page(&id, "?limit=1001").problem(400).await;
 }
 
-fn alert_to(recipients: &[String], channels: &[&str]) -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv-1",
-        "recipients": recipients,
-        "channels": channels,
-        "payload": {},
-    })
-}
-
-fn team_alert(team: &str, entity: &str) -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": entity,
-        "team_id": team,
-        "channels": ["in_app"],
-        "payload": {},
-    })
-}
-
 #[tokio::test]
 async fn an_alert_past_the_delivery_cap_is_refused_naming_it_and_stores_nothing() {
     let f = TenantFixture::spawn_with(AppOptions::env([
@@ -397,7 +378,12 @@ async fn an_alert_past_the_delivery_cap_is_refused_naming_it_and_stores_nothing(
     let users: Vec<String> = (0..30).map(|i| format!("user-{i:02}")).collect();
     // 30 recipients × 2 channels = 60 rows > 50.
     let problem = api
-        .create_alert(&alert_to(&users, &["in_app", "email"]))
+        .create_alert(
+            &alert()
+                .recipients(&users)
+                .channels(&["in_app", "email"])
+                .build(),
+        )
         .problem(422)
         .await;
     assert_eq!(problem["code"], "alert_too_large", "{problem}");
@@ -412,13 +398,21 @@ async fn an_alert_past_the_delivery_cap_is_refused_naming_it_and_stores_nothing(
     for user in &users {
         api.put_member("everyone", user).expect(201).await;
     }
-    let mut two_channels = team_alert("everyone", "inv-2");
-    two_channels["channels"] = json!(["in_app", "email"]);
+    let two_channels = alert()
+        .team("everyone")
+        .entity("inv-2")
+        .channels(&["in_app", "email"])
+        .build();
     api.create_alert(&two_channels).problem(422).await;
     endpoints(&api, 1).await;
-    api.create_alert(&alert_to(&users[..20], &["in_app", "webhook", "email"]))
-        .problem(422)
-        .await;
+    api.create_alert(
+        &alert()
+            .recipients(&users[..20])
+            .channels(&["in_app", "webhook", "email"])
+            .build(),
+    )
+    .problem(422)
+    .await;
     for rows in [
         Rows::Alerts,
         Rows::Notifications,
@@ -432,9 +426,14 @@ async fn an_alert_past_the_delivery_cap_is_refused_naming_it_and_stores_nothing(
         );
     }
     // At the cap exactly: accepted.
-    api.create_alert(&alert_to(&users[..25], &["in_app", "email"]))
-        .expect(202)
-        .await;
+    api.create_alert(
+        &alert()
+            .recipients(&users[..25])
+            .channels(&["in_app", "email"])
+            .build(),
+    )
+    .expect(202)
+    .await;
 }
 
 #[tokio::test]
@@ -450,7 +449,12 @@ async fn an_alert_past_the_inline_bound_is_written_in_background_batches_and_del
     let users: Vec<String> = (0..25).map(|i| format!("user-{i:02}")).collect();
     // 25 × (in-app + 2 endpoints) = 75 rows, more than one transaction's 10.
     let accepted = api
-        .create_alert(&alert_to(&users, &["in_app", "webhook"]))
+        .create_alert(
+            &alert()
+                .recipients(&users)
+                .channels(&["in_app", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
     assert_eq!(accepted["expansion"], "background", "{accepted}");
@@ -465,13 +469,13 @@ async fn an_alert_past_the_inline_bound_is_written_in_background_batches_and_del
         "received {} of 50 webhooks",
         f.receiver.received().len()
     );
-    let alert = api.get_alert_page(&id, "?limit=1000").expect(200).await;
+    let page = api.get_alert_page(&id, "?limit=1000").expect(200).await;
     assert_eq!(
-        alert["expansion"],
+        page["expansion"],
         json!({"done": true, "expanded": 25}),
-        "{alert}"
+        "{page}"
     );
-    assert_each_once(alert["deliveries"].as_array().unwrap(), "id", 75);
+    assert_each_once(page["deliveries"].as_array().unwrap(), "id", 75);
     assert_eq!(
         sql::count_for(&f.pool, Rows::Notifications, &f.tenant).await,
         50
@@ -479,7 +483,12 @@ async fn an_alert_past_the_inline_bound_is_written_in_background_batches_and_del
     assert_eq!(f.receiver.received().len(), 50);
     // Posted again: every key exists, nothing more is written or sent.
     let again = api
-        .create_alert(&alert_to(&users, &["in_app", "webhook"]))
+        .create_alert(
+            &alert()
+                .recipients(&users)
+                .channels(&["in_app", "webhook"])
+                .build(),
+        )
         .expect(202)
         .await;
     let again_id = again["alert_id"].as_str().unwrap().to_owned();
@@ -517,14 +526,14 @@ async fn one_tenants_expansion_backlog_does_not_hold_back_anothers() {
     let mut a_alerts = Vec::new();
     for i in 0..6 {
         let accepted = a
-            .create_alert(&team_alert("everyone", &format!("a-{i}")))
+            .create_alert(&alert().team("everyone").entity(&format!("a-{i}")).build())
             .expect(202)
             .await;
         a_alerts.push(accepted["alert_id"].as_str().unwrap().to_owned());
     }
     // Tenant B: 2 batches, queued behind all of A's.
     let accepted = b
-        .create_alert(&team_alert("small", "b-1"))
+        .create_alert(&alert().team("small").entity("b-1").build())
         .expect(202)
         .await;
     assert_eq!(accepted["expansion"], "background");

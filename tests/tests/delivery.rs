@@ -1,5 +1,5 @@
-//! The outbox workers and the webhook and email channels (issue 4;
-//! ARCHITECTURE.md, invariant 6), against real PostgreSQL, the real binary and
+//! The outbox workers and the webhook and email channels (ARCHITECTURE.md,
+//! invariant 6 and "The outbox state machine"), against real PostgreSQL, the real binary and
 //! real receivers: webhooks are verified by the reference Standard Webhooks
 //! library, emails go through a real SMTP server (tests/receivers/).
 //!
@@ -18,10 +18,10 @@ use tidings_server::store::outbox::{
     claim_deliveries, complete_deliveries, CompletedDelivery, Completion,
 };
 use tidings_tests::{
-    create_endpoint, eventually, post_to_recipients, recipients,
+    alert, create_endpoint, eventually, post_to_recipients, recipients,
     sql::{self, end_previous_secret_grace, Rows},
-    user_with_email, webhook_alert, webhook_fixture, without_workers, worker_env, AppOptions,
-    Receiver, TestApp, TidingsProcess, WebhookFixture,
+    user_with_email, webhook_fixture, without_workers, worker_env, AppOptions, Receiver, TestApp,
+    TidingsProcess, WebhookFixture,
 };
 use uuid::Uuid;
 
@@ -45,19 +45,20 @@ async fn webhook_from_serve_is_signed_and_verified_by_the_reference_library() {
     .await;
     f.endpoint("/hook").await;
     let entity_id = format!("inv_{}", Uuid::new_v4().simple());
-    let alert = f
+    let accepted = f
         .api()
-        .create_alert(&json!({
-            "event_type": "invoice.overdue",
-            "entity_id": entity_id,
-            "recipients": ["user-0"],
-            "channels": ["webhook"],
-            "subject": "Invoice 42 is overdue",
-            "payload": {"invoice": 42, "amount": "12.50"}
-        }))
+        .create_alert(
+            &alert()
+                .entity(&entity_id)
+                .recipients(&["user-0"])
+                .channels(&["webhook"])
+                .subject("Invoice 42 is overdue")
+                .payload(json!({"invoice": 42, "amount": "12.50"}))
+                .build(),
+        )
         .expect(202)
         .await;
-    let key = alert["deliveries"][0]["key"].as_str().unwrap();
+    let key = accepted["deliveries"][0]["key"].as_str().unwrap();
 
     let arrived = eventually(Duration::from_secs(20), || async {
         !f.receiver.received().is_empty()
@@ -89,7 +90,7 @@ async fn webhook_from_serve_is_signed_and_verified_by_the_reference_library() {
         body["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
         "{body}"
     );
-    assert_eq!(body["data"]["alert_id"], alert["alert_id"]);
+    assert_eq!(body["data"]["alert_id"], accepted["alert_id"]);
     assert_eq!(body["data"]["entity_id"], entity_id.as_str());
     assert_eq!(body["data"]["recipient_id"], "user-0");
     assert_eq!(body["data"]["subject"], "Invoice 42 is overdue");
@@ -214,13 +215,12 @@ async fn email_carries_a_message_id_derived_from_the_key_on_every_retry() {
     }
     let keys = post_to_recipients(
         &api,
-        &json!({
-            "event_type": "invoice.overdue",
-            "entity_id": "inv-7",
-            "channels": ["email"],
-            "subject": "Invoice 7 is overdue",
-            "payload": {"invoice": 7}
-        }),
+        &alert()
+            .entity("inv-7")
+            .channels(&["email"])
+            .subject("Invoice 7 is overdue")
+            .payload(json!({"invoice": 7}))
+            .build(),
         &people,
     )
     .await;
@@ -473,7 +473,7 @@ async fn a_big_backlog_does_not_starve_another_tenant() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     post_to_recipients(
         &quiet_api,
-        &webhook_alert("invoice.overdue"),
+        &alert().fresh_entity().channels(&["webhook"]).build(),
         &recipients("u", 5),
     )
     .await;
@@ -509,7 +509,12 @@ async fn every_tenant_with_due_work_gets_its_share_of_one_batch() {
         let tenant = f.app.create_tenant().await;
         let api = f.app.tenant(&tenant);
         create_endpoint(&api, &format!("http://{host}.example/hook"), None).await;
-        post_to_recipients(&api, &webhook_alert("invoice.overdue"), &recipients("u", 5)).await;
+        post_to_recipients(
+            &api,
+            &alert().fresh_entity().channels(&["webhook"]).build(),
+            &recipients("u", 5),
+        )
+        .await;
         quiet.push(tenant.uuid());
     }
 
@@ -836,10 +841,10 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_repeats_only_sends_in_fligh
 async fn the_worker_recovers_when_postgres_restarts_under_load() {
     const TOTAL: usize = 2000;
     let root = std::env::temp_dir().join(format!("tidings-pg-restart-{}", Uuid::new_v4().simple()));
-    let port = tidings_server::embedded_pg::free_port().expect("port");
+    let port = tidings_server::db::embedded_pg::free_port().expect("port");
     let start = |root: std::path::PathBuf| {
         tokio::task::spawn_blocking(move || {
-            tidings_server::embedded_pg::EmbeddedPostgres::start_on_port(&root, port)
+            tidings_server::db::embedded_pg::EmbeddedPostgres::start_on_port(&root, port)
         })
     };
     let mut pg = start(root.clone())
@@ -882,7 +887,7 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
         &url,
         4,
         Duration::from_secs(30),
-        tidings_server::config::SessionTimeouts::default(),
+        tidings_server::app::config::SessionTimeouts::default(),
     )
     .await
     .expect("reconnect");
@@ -933,4 +938,44 @@ async fn the_worker_recovers_when_postgres_restarts_under_load() {
     drop(f);
     drop(pg);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// IPv6 spellings that reach 127.0.0.1 or a private network through a
+/// translator or relay (NAT64, 6to4, SIIT, IPv4-compatible) route off this
+/// host: whatever the policy, creating an endpoint at one is refused with
+/// 422, so no delivery ever connects to it (the resolver refuses a name that
+/// resolves to one: `ssrf`'s unit tests).
+#[tokio::test]
+async fn an_endpoint_at_a_translated_spelling_of_loopback_is_refused_under_every_policy() {
+    for policy in ["none", "all"] {
+        let f = tidings_tests::TenantFixture::spawn_with(AppOptions::env([(
+            "TIDINGS_WEBHOOK_ALLOW_PRIVATE",
+            policy,
+        )]))
+        .await;
+        for host in [
+            "[64:ff9b::7f00:1]",
+            "[64:ff9b:1::7f00:1]",
+            "[2002:7f00:1::1]",
+            "[::ffff:0:7f00:1]",
+            "[::7f00:1]",
+            "[64:ff9b::a00:1]",
+        ] {
+            let problem = f
+                .api()
+                .create_endpoint(&json!({"url": format!("http://{host}:9/hook")}))
+                .problem(422)
+                .await;
+            assert_eq!(
+                problem["code"], "webhook_url_refused",
+                "{policy} {host}: {problem}"
+            );
+        }
+        // The plain address is the delivering worker's policy to allow
+        // (`webhooks_to_loopback_are_refused_unless_allowed`).
+        f.api()
+            .create_endpoint(&json!({"url": "http://127.0.0.1:9/hook"}))
+            .expect(201)
+            .await;
+    }
 }

@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::Duration};
 
 use serde_json::{json, Value};
 use tidings_tests::{
-    eventually, user_with_email, worker_env, AppOptions, Receiver, WebhookFixture,
+    alert, eventually, user_with_email, worker_env, AppOptions, Receiver, WebhookFixture,
 };
 
 const RECIPIENTS: [&str; 3] = ["ann", "bob", "cat"];
@@ -15,10 +15,13 @@ const RECIPIENTS: [&str; 3] = ["ann", "bob", "cat"];
 struct World {
     hooks: WebhookFixture,
     smtp: Receiver,
+    /// The alert the sender posts: invoice 42, to the three users on every
+    /// channel.
+    overdue: Value,
 }
 
 /// A server with its workers, a tenant with three users who have email
-/// addresses, one webhook endpoint, and both receivers running.
+/// addresses, one webhook endpoint, both receivers running, and the alert.
 async fn world() -> World {
     let smtp = Receiver::smtp(0).await;
     let mut env = worker_env(&[]);
@@ -35,18 +38,17 @@ async fn world() -> World {
         user_with_email(&hooks.api(), user, Some(&format!("{user}@example.com"))).await;
     }
     hooks.endpoint("/hook").await;
-    World { hooks, smtp }
-}
-
-fn overdue_alert() -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv-42",
-        "recipients": RECIPIENTS,
-        "channels": ["email", "in_app", "webhook"],
-        "subject": "Invoice 42 is overdue",
-        "payload": {"amount": "120.00", "currency": "EUR"}
-    })
+    let overdue = alert()
+        .recipients(&RECIPIENTS)
+        .channels(&["email", "in_app", "webhook"])
+        .subject("Invoice 42 is overdue")
+        .payload(json!({"amount": "120.00", "currency": "EUR"}))
+        .build();
+    World {
+        hooks,
+        smtp,
+        overdue,
+    }
 }
 
 /// Waits until the receivers hold 3 webhooks and 3 emails, then lets the workers
@@ -78,16 +80,11 @@ fn count_by<'a>(values: impl Iterator<Item = &'a str>) -> HashMap<String, usize>
 async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
     let w = world().await;
     let (app, tenant) = (&w.hooks.app, &w.hooks.tenant);
-    let alert = w
-        .hooks
-        .api()
-        .create_alert(&overdue_alert())
-        .expect(202)
-        .await;
+    let accepted = w.hooks.api().create_alert(&w.overdue).expect(202).await;
     wait_for_deliveries(&w).await;
 
     let keys_of = |channel: &str| -> Vec<String> {
-        alert["deliveries"]
+        accepted["deliveries"]
             .as_array()
             .unwrap()
             .iter()
@@ -135,7 +132,7 @@ async fn an_alert_reaches_every_channel_once_with_its_key_as_idempotency_id() {
     }
 
     // And the alert's own record says so.
-    let id = alert["alert_id"].as_str().unwrap();
+    let id = accepted["alert_id"].as_str().unwrap();
     let record = w.hooks.api().get_alert(id).expect(200).await;
     let statuses = count_by(
         record["deliveries"]
@@ -159,7 +156,7 @@ async fn hundred_concurrent_posts_deliver_once_per_key(idempotency_key: Option<&
         let w = w.clone();
         let key = idempotency_key.map(str::to_string);
         posts.spawn(async move {
-            let mut call = w.hooks.api().create_alert(&overdue_alert());
+            let mut call = w.hooks.api().create_alert(&w.overdue);
             if let Some(key) = &key {
                 call = call.idempotency_key(key);
             }

@@ -1,7 +1,7 @@
 //! The activity feed: events stored once, feeds computed at read time, exact
 //! paging and polling, monotonic watermarks, sealed tenants, memberships, and
-//! cache invalidation across instances (issue 3; ARCHITECTURE.md, invariants
-//! 1-3, 9, 10).
+//! cache invalidation across instances (ARCHITECTURE.md, invariants 1-3, 9,
+//! 10 and "Feed rules").
 
 use std::time::Duration;
 
@@ -11,19 +11,12 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tidings_core::Position;
 use tidings_tests::{
-    client::TenantApi,
-    eventually,
+    alert,
+    client::{item_ids, position, TenantApi},
+    eventually, member_of, post_event, post_served_event,
     sql::{self, until_all_served, until_served, Rows},
     AppOptions, TenantFixture, TestApp,
 };
-
-/// A tenant whose `user` is a member of `team`, and a token for that user.
-async fn member_of(team: &str, user: &str) -> (TenantFixture, String) {
-    let f = TenantFixture::spawn().await;
-    f.api().put_member(team, user).expect(201).await;
-    let token = f.token(user).await;
-    (f, token)
-}
 
 /// User "u" in "team" and in "quiet" (no events), with the memberships the
 /// store reads for them: the reader of the tests that call the store's feed
@@ -41,19 +34,6 @@ async fn reader_of_team_and_quiet() -> (
             .expect("teams");
     assert_eq!(teams.len(), 2);
     (f, token, teams)
-}
-
-/// Posts an event and waits until feeds serve it.
-async fn post_event(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
-    let event = post_event_unsettled(api, team, kind).await;
-    until_served(position(&event["cursor"]).tx).await;
-    event
-}
-
-async fn post_event_unsettled(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
-    api.create_event(&json!({"team_id": team, "type": kind, "payload": {"n": kind}}))
-        .expect(201)
-        .await
 }
 
 /// Posts `n` events in one batch and waits until feeds serve them.
@@ -78,19 +58,6 @@ fn up_to(cursor: Option<&str>) -> Value {
     }
 }
 
-fn ids(page: &Value) -> Vec<i64> {
-    page["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| i["id"].as_i64().expect("id"))
-        .collect()
-}
-
-fn position(cursor: &Value) -> Position {
-    Position::from_cursor(cursor.as_str().expect("cursor string")).expect("valid cursor")
-}
-
 /// ARCHITECTURE.md, invariant 2. A's transaction takes its transaction id first and
 /// commits last; B commits in between. A feed ordered by id or timestamp (the
 /// seed article's watermark) would show B, let the reader mark "everything up to
@@ -104,14 +71,14 @@ async fn a_transaction_that_commits_late_is_never_skipped() {
     let (f, token) = member_of("team", "reader").await;
     let api = f.api();
     let reader = f.app.user(&token);
-    let c = post_event(&api, "team", "c").await;
+    let c = post_served_event(&api, "team", "c").await;
 
     // A: written by hand in a transaction that stays open.
     let pool = f.pool.clone();
     let (a_tx, a_id, a_txid) = sql::event_in_open_transaction(&pool, &f.tenant, "team", "a").await;
 
     // B: through the API, committed while A is still open.
-    let b = post_event_unsettled(&api, "team", "b").await;
+    let b = post_event(&api, "team", "b").await;
     let b_pos = position(&b["cursor"]);
     assert!(
         b_pos > Position::new(a_txid, a_id),
@@ -124,7 +91,11 @@ async fn a_transaction_that_commits_late_is_never_skipped() {
 
     // The reader sees C only: B is committed but above the snapshot's xmin.
     let page = reader.feed("").expect(200).await;
-    assert_eq!(ids(&page), vec![c["id"].as_i64().expect("id")], "{page}");
+    assert_eq!(
+        item_ids(&page),
+        vec![c["id"].as_i64().expect("id")],
+        "{page}"
+    );
     let head = page["head"].as_str().expect("head").to_string();
     let marked = reader.mark_read(&up_to(Some(&head))).expect(200).await;
     assert_eq!(marked["read"], head);
@@ -144,7 +115,7 @@ async fn a_transaction_that_commits_late_is_never_skipped() {
 
     let poll = reader.feed(&format!("?after={head}")).expect(200).await;
     assert_eq!(
-        ids(&poll),
+        item_ids(&poll),
         vec![b["id"].as_i64().expect("id"), a_id],
         "{poll}"
     );
@@ -171,7 +142,7 @@ async fn paging_before_and_polling_after_visit_every_item_exactly_once() {
     for i in 0..4 {
         let team = if i % 2 == 0 { "red" } else { "blue" };
         expected.push(
-            post_event(&api, team, "before").await["id"]
+            post_served_event(&api, team, "before").await["id"]
                 .as_i64()
                 .expect("id"),
         );
@@ -182,25 +153,24 @@ async fn paging_before_and_polling_after_visit_every_item_exactly_once() {
     }
     // Two in-app alerts for the user, merged into the same order.
     for n in 0..2 {
-        let alert = api
-            .create_alert(&json!({
-                "event_type": "invoice.overdue",
-                "entity_id": format!("inv-{n}"),
-                "recipients": ["u"],
-                "channels": ["in_app"],
-                "subject": "Invoice overdue",
-                "payload": {}
-            }))
+        let accepted = api
+            .create_alert(
+                &alert()
+                    .entity(&format!("inv-{n}"))
+                    .recipients(&["u"])
+                    .subject("Invoice overdue")
+                    .build(),
+            )
             .expect(202)
             .await;
-        let key = alert["deliveries"][0]["key"].as_str().expect("key");
+        let key = accepted["deliveries"][0]["key"].as_str().expect("key");
         let (id, tx) = sql::inbox_item_position(&pool, &f.tenant, key).await;
         until_served(tx).await;
         expected.push(id);
     }
     for _ in 0..3 {
         expected.push(
-            post_event(&api, "blue", "after").await["id"]
+            post_served_event(&api, "blue", "after").await["id"]
                 .as_i64()
                 .expect("id"),
         );
@@ -214,7 +184,7 @@ async fn paging_before_and_polling_after_visit_every_item_exactly_once() {
     let mut query = format!("?limit={limit}");
     loop {
         let page = user.feed(&query).expect(200).await;
-        assert!(ids(&page).len() <= limit);
+        assert!(item_ids(&page).len() <= limit);
         for item in page["items"].as_array().expect("items") {
             walked.push(item["id"].as_i64().expect("id"));
             positions.push(position(&item["cursor"]));
@@ -245,7 +215,7 @@ async fn paging_before_and_polling_after_visit_every_item_exactly_once() {
             .feed(&format!("?limit={limit}&after={cursor}"))
             .expect(200)
             .await;
-        let got = ids(&page);
+        let got = item_ids(&page);
         let page_positions: Vec<Position> = page["items"]
             .as_array()
             .expect("items")
@@ -268,7 +238,7 @@ async fn paging_before_and_polling_after_visit_every_item_exactly_once() {
         if !added_midway {
             added_midway = true;
             expected.push(
-                post_event(&api, "red", "midway").await["id"]
+                post_served_event(&api, "red", "midway").await["id"]
                     .as_i64()
                     .expect("id"),
             );
@@ -311,7 +281,7 @@ async fn a_reader_of_more_teams_than_a_page_visits_every_item_once_in_order() {
         }
         if n % 3 == 0 {
             expected.push(
-                post_event(&api, "t0", "again").await["id"]
+                post_served_event(&api, "t0", "again").await["id"]
                     .as_i64()
                     .expect("id"),
             );
@@ -348,7 +318,7 @@ async fn a_reader_of_more_teams_than_a_page_visits_every_item_once_in_order() {
             .feed(&format!("?limit={limit}&after={cursor}"))
             .expect(200)
             .await;
-        let got = ids(&page);
+        let got = item_ids(&page);
         if got.is_empty() {
             break;
         }
@@ -390,7 +360,7 @@ async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
         }
     }
     expected.push(
-        post_event(&api, "a", "newest").await["id"]
+        post_served_event(&api, "a", "newest").await["id"]
             .as_i64()
             .expect("id"),
     );
@@ -403,7 +373,7 @@ async fn a_first_page_is_the_same_whether_its_sources_fit_the_page_or_not() {
     for limit in [1, 2, 3, 4, 100] {
         let page = user.feed(&format!("?limit={limit}")).expect(200).await;
         let want: Vec<i64> = expected.iter().take(limit).copied().collect();
-        assert_eq!(ids(&page), want, "limit {limit}: the newest items");
+        assert_eq!(item_ids(&page), want, "limit {limit}: the newest items");
         assert_eq!(page["head"], head, "limit {limit}: the head");
         assert_eq!(
             page["next_before"].is_null(),
@@ -452,7 +422,7 @@ async fn a_first_page_that_scans_the_tenant_is_the_page_of_the_per_source_statem
     for (n, team) in busy.iter().enumerate() {
         post_batch(&api, team, 2 + n).await;
     }
-    post_event(&api, "a", "newest").await;
+    post_served_event(&api, "a", "newest").await;
     let pool = &f.pool;
 
     let compare = |case: &'static str| async move {
@@ -542,7 +512,7 @@ async fn a_first_page_that_scans_the_tenant_is_the_page_of_the_per_source_statem
     post_batch(&api, "other", 41).await;
     compare("budget spent on other teams").await;
     // One of the reader's above them again: fewer than k found, probes.
-    post_event(&api, "b", "one more").await;
+    post_served_event(&api, "b", "one more").await;
     compare("one of k above the others").await;
 }
 
@@ -571,7 +541,7 @@ async fn counts_stay_exact_just_below_the_cap_with_items_read_one_by_one() {
         .await;
     let c = user.counts().expect(200).await;
     assert_eq!(c, json!({"unread": 1000, "unseen": 999, "capped": false}));
-    post_event(&api, "team", "one more").await;
+    post_served_event(&api, "team", "one more").await;
     let c = user.counts().expect(200).await;
     assert_eq!(c, json!({"unread": 1000, "unseen": 1000, "capped": true}));
 }
@@ -587,7 +557,7 @@ async fn watermarks_only_move_forward() {
         .map(|e| e["cursor"].as_str().expect("cursor").to_string())
         .collect();
     for _ in 0..10 {
-        let e = post_event(&api, "team", "single").await;
+        let e = post_served_event(&api, "team", "single").await;
         cursors.push(e["cursor"].as_str().expect("cursor").to_string());
     }
     let newest = user.feed("").expect(200).await["head"]
@@ -637,7 +607,7 @@ async fn watermarks_only_move_forward() {
     assert_eq!(state["read"], newest.as_str());
     assert_eq!(state["unread_count"], 0);
     // An event written after that is unread: the watermark did not run ahead.
-    let later = post_event(&api, "team", "later").await;
+    let later = post_served_event(&api, "team", "later").await;
     let c = user.counts().expect(200).await;
     assert_eq!(c["unread"], 1, "{c}");
     let page = user.feed("?limit=1").expect(200).await;
@@ -653,7 +623,7 @@ async fn reading_one_item_marks_that_item_only_and_counts_are_capped() {
     let batch = post_batch(&api, "team", 1000).await;
     let c = user.counts().expect(200).await;
     assert_eq!(c, json!({"unread": 1000, "unseen": 1000, "capped": false}));
-    post_event(&api, "team", "one more").await;
+    post_served_event(&api, "team", "one more").await;
     let c = user.counts().expect(200).await;
     assert_eq!(c, json!({"unread": 1000, "unseen": 1000, "capped": true}));
 
@@ -707,7 +677,7 @@ async fn tenants_are_sealed_and_users_read_only_their_own_feed() {
     let a_token = f.token("u1").await;
     let a_user = f.app.user(&a_token);
     let a_before = a_user.feed("").expect(200).await;
-    assert_eq!(ids(&a_before).len(), 1);
+    assert_eq!(item_ids(&a_before).len(), 1);
 
     // Tenant B: same team name, same user id, same idempotency key.
     let b = f.app.create_tenant().await;
@@ -715,7 +685,7 @@ async fn tenants_are_sealed_and_users_read_only_their_own_feed() {
     let b_token = f.app.user_token(&b, "u1").await;
     let b_user = f.app.user(&b_token);
     let b_feed = b_user.feed("").expect(200).await;
-    assert_eq!(ids(&b_feed), Vec::<i64>::new());
+    assert_eq!(item_ids(&b_feed), Vec::<i64>::new());
     assert!(b_feed["head"].is_null());
     assert_eq!(
         b_user.counts().expect(200).await,
@@ -743,7 +713,7 @@ async fn tenants_are_sealed_and_users_read_only_their_own_feed() {
 
     // A's user in B's team does not see B's event; A's state is untouched.
     let a_after = a_user.feed("").expect(200).await;
-    assert_eq!(ids(&a_after), ids(&a_before));
+    assert_eq!(item_ids(&a_after), item_ids(&a_before));
     assert_eq!(a_after["unread_count"], 1);
     assert_eq!(a_after["items"][0]["seen"], false);
 
@@ -751,7 +721,7 @@ async fn tenants_are_sealed_and_users_read_only_their_own_feed() {
     // do not touch u1's.
     let u2_token = f.token("u2").await;
     let u2 = f.app.user(&u2_token);
-    assert_eq!(ids(&u2.feed("").expect(200).await), Vec::<i64>::new());
+    assert_eq!(item_ids(&u2.feed("").expect(200).await), Vec::<i64>::new());
     u2.mark_item_read(a_id).problem(404).await;
     u2.mark_read(&up_to(a_event["cursor"].as_str()))
         .expect(200)
@@ -786,8 +756,8 @@ async fn membership_decides_what_a_user_sees() {
     let api = f.api();
     let token = f.token("u").await;
     let user = f.app.user(&token);
-    post_event(&api, "team", "before join").await;
-    post_event(&api, "team", "before join").await;
+    post_served_event(&api, "team", "before join").await;
+    post_served_event(&api, "team", "before join").await;
 
     let first = api.put_member("team", "u").expect(201).await;
     let again = api.put_member("team", "u").expect(200).await;
@@ -797,14 +767,14 @@ async fn membership_decides_what_a_user_sees() {
     );
     let page = user.feed("").expect(200).await;
     assert_eq!(
-        ids(&page),
+        item_ids(&page),
         Vec::<i64>::new(),
         "events before the join stay hidden"
     );
 
-    let e = post_event(&api, "team", "after join").await;
+    let e = post_served_event(&api, "team", "after join").await;
     assert_eq!(
-        ids(&user.feed("").expect(200).await),
+        item_ids(&user.feed("").expect(200).await),
         vec![e["id"].as_i64().expect("id")]
     );
     assert_eq!(user.counts().expect(200).await["unread"], 1);
@@ -812,7 +782,7 @@ async fn membership_decides_what_a_user_sees() {
     api.delete_member("team", "u").expect(204).await;
     let page = user.feed("").expect(200).await;
     assert_eq!(
-        ids(&page),
+        item_ids(&page),
         Vec::<i64>::new(),
         "leaving hides the team's events"
     );
@@ -825,7 +795,10 @@ async fn membership_decides_what_a_user_sees() {
 
     // Re-joining starts a new join position.
     api.put_member("team", "u").expect(201).await;
-    assert_eq!(ids(&user.feed("").expect(200).await), Vec::<i64>::new());
+    assert_eq!(
+        item_ids(&user.feed("").expect(200).await),
+        Vec::<i64>::new()
+    );
 
     // Listing pages through members in user order.
     for member in ["m3", "m1", "m5", "m2", "m4"] {
@@ -857,12 +830,12 @@ async fn an_event_is_stored_once_whatever_the_team_size() {
     }
     let pool = f.pool.clone();
     let before = sql::count(&pool, Rows::Events).await;
-    let e = post_event(&api, "everyone", "announcement").await;
+    let e = post_served_event(&api, "everyone", "announcement").await;
     assert_eq!(sql::count(&pool, Rows::Events).await, before + 1);
     for m in [&members[0], &members[17], &members[39]] {
         let token = f.token(m).await;
         assert_eq!(
-            ids(&f.app.user(&token).feed("").expect(200).await),
+            item_ids(&f.app.user(&token).feed("").expect(200).await),
             vec![e["id"].as_i64().expect("id")]
         );
     }
@@ -910,7 +883,7 @@ async fn bad_input_gets_a_problem_and_changes_nothing() {
     let (f, token) = member_of("team", "u").await;
     let api = f.api();
     let user = f.app.user(&token);
-    post_event(&api, "team", "x").await;
+    post_served_event(&api, "team", "x").await;
     let head = user.feed("").expect(200).await["head"]
         .as_str()
         .expect("head")
@@ -1058,7 +1031,7 @@ async fn a_removal_reaches_every_instance_within_a_second() {
     let tenant = one.create_tenant().await;
     let api = one.tenant(&tenant);
     api.put_member("team", "u").expect(201).await;
-    let e = post_event(&api, "team", "x").await;
+    let e = post_served_event(&api, "team", "x").await;
     let token = one.user_token(&tenant, "u").await;
     let user_on_two = two.user(&token);
     // Instance two caches u's teams (only while its listener is up).
@@ -1069,7 +1042,7 @@ async fn a_removal_reaches_every_instance_within_a_second() {
     );
     for _ in 0..3 {
         assert_eq!(
-            ids(&user_on_two.feed("").expect(200).await),
+            item_ids(&user_on_two.feed("").expect(200).await),
             vec![e["id"].as_i64().expect("id")]
         );
     }
@@ -1079,7 +1052,7 @@ async fn a_removal_reaches_every_instance_within_a_second() {
     let hidden = loop {
         let page = user_on_two.feed("").expect(200).await;
         let c = user_on_two.counts().expect(200).await;
-        if ids(&page).is_empty() && c["unread"] == 0 {
+        if item_ids(&page).is_empty() && c["unread"] == 0 {
             break true;
         }
         if removed_at.elapsed() > Duration::from_secs(1) {
@@ -1091,10 +1064,11 @@ async fn a_removal_reaches_every_instance_within_a_second() {
 
     // Joining another team through instance one shows up on two as well.
     api.put_member("other", "u").expect(201).await;
-    let e2 = post_event(&api, "other", "y").await;
+    let e2 = post_served_event(&api, "other", "y").await;
     let joined_at = std::time::Instant::now();
     let shown = loop {
-        if ids(&user_on_two.feed("").expect(200).await) == vec![e2["id"].as_i64().expect("id")] {
+        if item_ids(&user_on_two.feed("").expect(200).await) == vec![e2["id"].as_i64().expect("id")]
+        {
             break true;
         }
         if joined_at.elapsed() > Duration::from_secs(1) {
@@ -1112,16 +1086,12 @@ async fn in_app_alerts_are_served_in_the_feed() {
     let f = TenantFixture::spawn().await;
     let api = f.api();
     api.put_member("team", "ann").expect(201).await;
-    let event = post_event(&api, "team", "comment").await;
-    let alert = json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv-42",
-        "recipients": ["ann"],
-        "channels": ["in_app"],
-        "subject": "Invoice 42 is overdue",
-        "payload": {"amount_cents": 1200}
-    });
-    api.create_alert(&alert).expect(202).await;
+    let event = post_served_event(&api, "team", "comment").await;
+    let invoice = alert()
+        .subject("Invoice 42 is overdue")
+        .payload(json!({"amount_cents": 1200}))
+        .build();
+    api.create_alert(&invoice).expect(202).await;
     until_all_served().await;
 
     let token = f.token("ann").await;
@@ -1147,7 +1117,7 @@ async fn in_app_alerts_are_served_in_the_feed() {
     // Another user of the tenant does not get ann's alert.
     let bob = f.token("bob").await;
     assert_eq!(
-        ids(&f.app.user(&bob).feed("").expect(200).await),
+        item_ids(&f.app.user(&bob).feed("").expect(200).await),
         Vec::<i64>::new()
     );
 }
@@ -1155,7 +1125,7 @@ async fn in_app_alerts_are_served_in_the_feed() {
 /// The `counts` cache lookups of an instance that carried a user's badge walk
 /// over (`hit`), from its metrics.
 async fn counts_carried_over(app: &TestApp) -> u64 {
-    let text = app.raw(Method::GET, "/metrics").reply(200).await.text;
+    let text = app.scrape().await;
     text.lines()
         .filter(|l| l.starts_with("tidings_cache_lookups_total") && l.contains("cache=\"counts\""))
         .filter(|l| l.contains("result=\"hit\""))
@@ -1288,7 +1258,10 @@ async fn counts_carried_over_drop_the_items_retention_purged() {
     );
     let c = user.counts().expect(200).await;
     assert_eq!(c, json!({"unread": 0, "unseen": 0, "capped": false}));
-    assert_eq!(ids(&user.feed("").expect(200).await), Vec::<i64>::new());
+    assert_eq!(
+        item_ids(&user.feed("").expect(200).await),
+        Vec::<i64>::new()
+    );
 }
 
 /// A first page handed a counts base counts from its own positions instead
@@ -1492,15 +1465,12 @@ async fn the_counts_count_from_the_entries_since_the_base_only_what_the_walk_wou
         (status.badges, walk.next)
     };
     let counts = |b: store::Badges| (b.unread, b.unseen, b.capped);
-    let alert = |n: usize| {
-        json!({
-            "event_type": "invoice.overdue",
-            "entity_id": format!("inv-{n}"),
-            "recipients": ["u"],
-            "channels": ["in_app"],
-            "subject": "Invoice overdue",
-            "payload": {}
-        })
+    let invoice = |n: usize| {
+        alert()
+            .entity(&format!("inv-{n}"))
+            .recipients(&["u"])
+            .subject("Invoice overdue")
+            .build()
     };
 
     let first = post_batch(&api, "team", 5).await;
@@ -1512,7 +1482,7 @@ async fn the_counts_count_from_the_entries_since_the_base_only_what_the_walk_wou
     assert_eq!(counts(badges), (5, 5, false));
     base = next;
     post_batch(&api, "team", 2).await;
-    api.create_alert(&alert(1)).expect(202).await;
+    api.create_alert(&invoice(1)).expect(202).await;
     until_all_served().await;
     let (badges, next) = counted(base, "some new, an alert among them").await;
     assert_eq!(counts(badges), (8, 8, false));
@@ -1538,7 +1508,7 @@ async fn the_counts_count_from_the_entries_since_the_base_only_what_the_walk_wou
     assert_eq!(counts(badges), (8, 5, false));
     base = next;
     post_batch(&api, "team", 1).await;
-    api.create_alert(&alert(2)).expect(202).await;
+    api.create_alert(&invoice(2)).expect(202).await;
     until_all_served().await;
     let (badges, next) = counted(base, "new after an item read").await;
     assert_eq!(counts(badges), (10, 7, false));

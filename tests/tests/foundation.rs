@@ -30,53 +30,13 @@ async fn readiness_fails_when_migrations_are_missing() {
     assert_eq!(body["check"], "migrations", "the failed check is named");
 }
 
-/// The readiness statement runs on the pipeline's shared connections
-/// (server/src/pipeline.rs), which connect at their first statement, one per
-/// slot in turn; ended under it (a restart, a terminated backend), the
-/// pipeline connects again and the probe does not fail.
+/// A missing migration, and no migrations table at all, are "pending", not
+/// "unreachable".
 #[tokio::test]
-async fn readiness_runs_on_the_pipeline_which_connects_again_when_its_sessions_end() {
+async fn readiness_says_pending_when_the_migrations_table_is_gone() {
     let (app, db) = TestApp::spawn().await.unwrap();
     let pool = db.pool().await.unwrap();
-    assert_eq!(
-        sql::pipeline_sessions(&pool).await,
-        Vec::<i32>::new(),
-        "lazy"
-    );
-    for _ in 0..4 {
-        app.public().ready().expect(200).await;
-    }
-    let first = sql::pipeline_sessions(&pool).await;
-    assert_eq!(first.len(), 2, "two connections by default: {first:?}");
-
-    for pid in &first {
-        sqlx::query("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    for _ in 0..100 {
-        if sql::pipeline_sessions(&pool).await.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for _ in 0..4 {
-        app.public().ready().expect(200).await;
-    }
-    let again = sql::pipeline_sessions(&pool).await;
-    assert_eq!(again.len(), 2, "{again:?}");
-    assert!(
-        again.iter().all(|pid| !first.contains(pid)),
-        "new sessions: {first:?} then {again:?}"
-    );
-
-    // Still the statement's answer: a missing migration, and no migrations
-    // table at all, are "pending", not "unreachable".
-    sql::forget_last_migration(&pool).await;
-    let body = app.public().ready().expect(503).await;
-    assert_eq!(body["check"], "migrations", "{body}");
+    app.public().ready().expect(200).await;
     sqlx::query("ALTER TABLE _sqlx_migrations RENAME TO _sqlx_migrations_away")
         .execute(&pool)
         .await
@@ -87,20 +47,40 @@ async fn readiness_runs_on_the_pipeline_which_connects_again_when_its_sessions_e
     }
 }
 
-/// With `TIDINGS_DB_PIPELINE_CONNECTIONS=0` the readiness statement runs on
-/// the pool, with the same answers.
+/// A database that applied a migration whose comments were reworded later
+/// (`db::COMMENT_REWRITES`: same SQL, new checksum) still migrates and starts,
+/// and takes the new checksum; without the rewrite list sqlx would refuse it
+/// as a modified migration.
 #[tokio::test]
-async fn with_no_pipeline_readiness_runs_on_the_pool() {
-    let (app, db) =
-        TestApp::spawn_with(AppOptions::env([("TIDINGS_DB_PIPELINE_CONNECTIONS", "0")]))
+async fn a_database_migrated_before_a_comment_rewrite_still_migrates() {
+    use tidings_server::db::{self, PrimaryPool, COMMENT_REWRITES};
+    let test_db = tidings_tests::TestDb::create().await.unwrap();
+    let pool = test_db.pool().await.unwrap();
+    db::migrate(&PrimaryPool::direct(pool.clone()))
+        .await
+        .unwrap();
+    let current: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&pool)
             .await
             .unwrap();
-    let pool = db.pool().await.unwrap();
-    app.public().ready().expect(200).await;
-    assert_eq!(sql::pipeline_sessions(&pool).await, Vec::<i32>::new());
-    sql::forget_last_migration(&pool).await;
-    let body = app.public().ready().expect(503).await;
-    assert_eq!(body["check"], "migrations", "{body}");
+    for (version, shipped) in COMMENT_REWRITES {
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($2, 'hex') WHERE version = $1")
+            .bind(version)
+            .bind(shipped)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    db::migrate(&PrimaryPool::direct(pool.clone()))
+        .await
+        .expect("a database with the shipped comments migrates");
+    let after: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(after, current, "every checksum is the current text's again");
 }
 
 #[tokio::test]
@@ -134,8 +114,13 @@ async fn the_inbox_page_is_served_and_a_setting_turns_it_off() {
             .header("content-type")
             .unwrap()
             .starts_with("text/html"));
-        assert!(page.text.contains("mountInbox"));
+        assert!(page.text.contains(r#"src="./page.js""#), "{}", page.text);
+        let policy = page.header("content-security-policy").unwrap_or_default();
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        let start = app.raw(Method::GET, "/inbox/page.js").reply(200).await;
+        assert!(start.text.contains("mountInbox"));
         for (path, kind) in [
+            ("/inbox/page.js", "text/javascript"),
             ("/inbox/inbox.js", "text/javascript"),
             ("/inbox/model.js", "text/javascript"),
             ("/inbox/inbox.css", "text/css"),
@@ -206,6 +191,49 @@ fn committed_openapi_document_matches_the_binary() {
         committed == generated,
         "openapi/openapi.json is stale: regenerate it with `target/debug/tidings openapi > openapi/openapi.json`"
     );
+}
+
+/// The document `tidings openapi` prints, parsed.
+fn generated_document() -> Value {
+    let out = Command::new(tidings_bin()).arg("openapi").output().unwrap();
+    assert!(out.status.success(), "tidings openapi failed");
+    serde_json::from_slice(&out.stdout).expect("the document is JSON")
+}
+
+/// Linters (Redocly, Spectral) refuse an example that lacks a required
+/// property, and generated documentation shows examples as real answers.
+#[test]
+fn every_schema_example_has_the_required_properties() {
+    let doc = generated_document();
+    for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+        let Some(example) = schema.get("example") else {
+            continue;
+        };
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let property = required.as_str().unwrap();
+            assert!(
+                example.get(property).is_some(),
+                "the example of {name} lacks {property}: {example}"
+            );
+        }
+    }
+}
+
+/// A generated client passes a stream ticket as a declared parameter, not by
+/// writing the query string by hand.
+#[test]
+fn the_stream_declares_its_ticket_as_a_query_parameter() {
+    let doc = generated_document();
+    let parameters = doc["paths"]["/v1/feed/stream"]["get"]["parameters"]
+        .as_array()
+        .expect("the stream's parameters");
+    let ticket = parameters
+        .iter()
+        .find(|p| p["name"] == "ticket")
+        .expect("a ticket parameter");
+    assert_eq!(ticket["in"], "query");
+    assert_eq!(ticket["required"], false, "a user token works without it");
+    assert_eq!(ticket["schema"]["type"], "string");
 }
 
 #[test]
@@ -612,7 +640,7 @@ async fn one_connection_pool() -> sqlx::PgPool {
         &tidings_tests::admin_url(),
         1,
         Duration::from_secs(10),
-        tidings_server::config::SessionTimeouts::default(),
+        tidings_server::app::config::SessionTimeouts::default(),
     )
     .await
     .expect("connect")
@@ -634,11 +662,10 @@ async fn other_connection() -> sqlx::PgConnection {
         .expect("connect")
 }
 
-/// The pool gives connections back without a ping round trip
-/// (vendor/sqlx-core: a flush instead). What the flush must still do: send
-/// the ROLLBACK of a transaction dropped uncommitted when the connection goes
-/// back, so its locks are released then, not whenever the pool next hands
-/// the connection out (an idle pool would hold them forever).
+/// A transaction dropped uncommitted (a client gone, a timeout) has its
+/// ROLLBACK sent when its connection goes back to the pool, so its locks are
+/// released then, not whenever the pool next hands the connection out (an
+/// idle pool would hold them forever).
 #[tokio::test]
 async fn a_transaction_dropped_uncommitted_releases_its_locks_when_its_connection_goes_back() {
     const KEY: i64 = 8_675_309;

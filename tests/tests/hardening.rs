@@ -1,52 +1,36 @@
 //! Input an attacker or a careless client sends, credentials pushed past their
-//! limits, and secrets that must not show (issue 11: input, authentication,
-//! secrets).
+//! limits, and secrets that must not show (ARCHITECTURE.md, "Cross-cutting
+//! concerns": input, credentials, secrets in output).
 
 use std::process::{Command, Stdio};
 
-use jsonwebtoken::{encode, EncodingKey, Header};
 use reqwest::Method;
 use serde_json::{json, Value};
-use tidings_tests::{sql, tidings_bin, AppOptions, TenantFixture, TestApp};
-
-fn jwt(secret: &str, claims: Value) -> String {
-    encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .expect("encodable claims")
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn alert(payload: Value) -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv_1",
-        "recipients": ["ann"],
-        "channels": ["in_app"],
-        "payload": payload,
-    })
-}
+use tidings_tests::{
+    alert, jwt, jwt_with_kid, sql, tidings_bin, unix_now, AppOptions, TenantFixture, TestApp,
+    ADMIN_TOKEN,
+};
 
 #[tokio::test]
 async fn a_nul_anywhere_in_json_is_a_422_naming_the_field_and_stores_nothing() {
     let f = TenantFixture::spawn().await;
     let api = f.api();
     for (body, field) in [
-        (alert(json!({"note": "a\u{0}b"})), "payload.note"),
         (
-            alert(json!({"lines": [{"ok": 1}, {"text": "\u{0}"}]})),
+            alert().payload(json!({"note": "a\u{0}b"})).build(),
+            "payload.note",
+        ),
+        (
+            alert()
+                .payload(json!({"lines": [{"ok": 1}, {"text": "\u{0}"}]}))
+                .build(),
             "payload.lines[1].text",
         ),
-        (alert(json!({"k\u{0}ey": 1})), "a key of payload"),
         (
-            json!({"event_type": "invoice.overdue", "entity_id": "inv\u{0}", "recipients": ["ann"], "channels": ["in_app"], "payload": {}}),
-            "entity_id",
+            alert().payload(json!({"k\u{0}ey": 1})).build(),
+            "a key of payload",
         ),
+        (alert().entity("inv\u{0}").build(), "entity_id"),
     ] {
         let problem = api.create_alert(&body).problem(422).await;
         assert_eq!(problem["code"], "nul_character", "{problem}");
@@ -76,7 +60,7 @@ async fn a_nul_anywhere_in_json_is_a_422_naming_the_field_and_stores_nothing() {
         "{problem}"
     );
     // An escaped backslash followed by "u0000" is text, not a NUL.
-    api.create_alert(&alert(json!({"note": "\\u0000"})))
+    api.create_alert(&alert().payload(json!({"note": "\\u0000"})).build())
         .expect(202)
         .await;
     let endpoints = api.list_endpoints().expect(200).await;
@@ -90,7 +74,7 @@ async fn an_undecodable_or_overlong_idempotency_key_is_a_400_not_ignored() {
     for key in ["clé-1", "key\u{200b}", &"k".repeat(256)] {
         for payload in [json!({"a": 1}), json!({"a": 2})] {
             let problem = api
-                .create_alert(&alert(payload))
+                .create_alert(&alert().payload(payload).build())
                 .idempotency_key(key)
                 .problem(400)
                 .await;
@@ -99,14 +83,14 @@ async fn an_undecodable_or_overlong_idempotency_key_is_a_400_not_ignored() {
     }
     // Twice in one request is no key either.
     let problem = api
-        .create_alert(&alert(json!({})))
+        .create_alert(&alert().build())
         .idempotency_key("a")
         .idempotency_key("b")
         .problem(400)
         .await;
     assert_eq!(problem["code"], "invalid_idempotency_key");
     // A valid key still works.
-    api.create_alert(&alert(json!({})))
+    api.create_alert(&alert().build())
         .idempotency_key("k-1")
         .expect(202)
         .await;
@@ -117,8 +101,7 @@ async fn ids_with_bidi_or_zero_width_characters_are_refused() {
     let f = TenantFixture::spawn().await;
     let api = f.api();
     for sneaky in ["adm\u{200b}in", "\u{202e}nimda", "a\u{2066}b", "\u{feff}x"] {
-        let mut body = alert(json!({}));
-        body["recipients"] = json!([sneaky]);
+        let body = alert().recipients(&[sneaky]).build();
         // An alert's invalid recipient is `invalid_alert` (422), as for controls.
         let problem = api.create_alert(&body).problem(422).await;
         assert!(
@@ -142,29 +125,42 @@ async fn user_tokens_need_iat_a_bounded_lifetime_and_honour_nbf() {
         |token: String| async move { app.user(&token).counts().reply_one_of(&[200, 401]).await };
     let good = jwt(
         secret,
-        json!({"sub": "ann", "tid": t.id, "iat": now(), "exp": now() + 3600}),
+        json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "exp": unix_now() + 3600}),
     );
     assert_eq!(feed(good).await.status, 200);
     for (why, claims) in [
         (
             "exp in year 9999",
-            json!({"sub": "ann", "tid": t.id, "iat": now(), "exp": 253_402_300_799_i64}),
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "exp": 253_402_300_799_i64}),
         ),
         (
             "lifetime of a day and a second",
-            json!({"sub": "ann", "tid": t.id, "iat": now(), "exp": now() + 86_401}),
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "exp": unix_now() + 86_401}),
         ),
         (
             "no iat",
-            json!({"sub": "ann", "tid": t.id, "exp": now() + 3600}),
+            json!({"sub": "ann", "tid": t.id, "exp": unix_now() + 3600}),
         ),
         (
             "iat in the future",
-            json!({"sub": "ann", "tid": t.id, "iat": now() + 7200, "exp": now() + 9000}),
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now() + 7200, "exp": unix_now() + 9000}),
         ),
         (
             "nbf in an hour",
-            json!({"sub": "ann", "tid": t.id, "iat": now(), "nbf": now() + 3600, "exp": now() + 7200}),
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "nbf": unix_now() + 3600, "exp": unix_now() + 7200}),
+        ),
+        // jsonwebtoken skips an `nbf` that is not a number: refused here.
+        (
+            "nbf as a string",
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "nbf": (unix_now() + 3600).to_string(), "exp": unix_now() + 7200}),
+        ),
+        (
+            "nbf as a date",
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "nbf": "2099-01-01T00:00:00Z", "exp": unix_now() + 7200}),
+        ),
+        (
+            "nbf as a fraction",
+            json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "nbf": (unix_now() + 3600) as f64 + 0.5, "exp": unix_now() + 7200}),
         ),
     ] {
         assert_eq!(feed(jwt(secret, claims)).await.status, 401, "{why}");
@@ -175,7 +171,8 @@ async fn user_tokens_need_iat_a_bounded_lifetime_and_honour_nbf() {
 async fn an_unknown_tenant_and_a_bad_signature_are_the_same_answer() {
     let f = TenantFixture::spawn().await;
     let other = f.app.create_tenant().await;
-    let claims = |tid: &str| json!({"sub": "ann", "tid": tid, "iat": now(), "exp": now() + 60});
+    let claims =
+        |tid: &str| json!({"sub": "ann", "tid": tid, "iat": unix_now(), "exp": unix_now() + 60});
     let unknown = jwt(
         &f.tenant.signing_secret,
         claims(&uuid::Uuid::new_v4().to_string()),
@@ -317,24 +314,11 @@ async fn raw_nul_in_a_query_or_path_is_never_a_500() {
         .await;
 }
 
-fn jwt_with_kid(secret: &str, kid: Option<&str>, claims: Value) -> String {
-    let header = Header {
-        kid: kid.map(str::to_owned),
-        ..Header::default()
-    };
-    encode(
-        &header,
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .expect("encodable")
-}
-
 #[tokio::test]
 async fn a_rotated_signing_secret_keeps_verifying_through_the_overlap_only() {
     let f = TenantFixture::spawn().await;
     let (app, t) = (&f.app, &f.tenant);
-    let claims = || json!({"sub": "ann", "tid": t.id, "iat": now(), "exp": now() + 600});
+    let claims = || json!({"sub": "ann", "tid": t.id, "iat": unix_now(), "exp": unix_now() + 600});
     let status = |token: String| async move {
         app.user(&token)
             .counts()
@@ -425,29 +409,60 @@ async fn signing_and_webhook_secrets_are_stored_sealed_and_old_rows_are_sealed_a
         created["secret"].as_str().expect("secret").to_owned(),
     );
     let (signing, _) = sql::stored_signing_secrets(&f.pool, &f.tenant).await;
-    assert!(signing.starts_with("tdenc:v1:"), "{signing}");
+    assert!(signing.starts_with("tdenc:v2:"), "{signing}");
     assert!(!signing.contains(&f.tenant.signing_secret));
     let stored = sql::stored_endpoint_secret(&f.pool, &id).await;
-    assert!(stored.starts_with("tdenc:v1:"), "{stored}");
+    assert!(stored.starts_with("tdenc:v2:"), "{stored}");
     assert!(!stored.contains(&webhook_secret[6..]));
+    let token = || {
+        jwt(
+            &f.tenant.signing_secret,
+            json!({"sub": "ann", "tid": f.tenant.id, "iat": unix_now(), "exp": unix_now() + 60}),
+        )
+    };
 
-    // Rows from before encryption at rest: read as they are, sealed at the
-    // next start.
+    // Rows from a database whose secrets were never bound (plaintext from
+    // before encryption at rest): sealed, bound, at the next start.
+    sql::stage_secrets_never_bound(&f.pool).await;
     sql::stage_plaintext_secrets(&f.pool, &f.tenant, &id, &webhook_secret).await;
     let restarted = TestApp::spawn_on(&f.db.url, AppOptions::default())
         .await
         .expect("restart");
     let (signing, _) = sql::stored_signing_secrets(&f.pool, &f.tenant).await;
-    assert!(signing.starts_with("tdenc:v1:"), "{signing}");
+    assert!(signing.starts_with("tdenc:v2:"), "{signing}");
     assert!(sql::stored_endpoint_secret(&f.pool, &id)
         .await
-        .starts_with("tdenc:v1:"));
+        .starts_with("tdenc:v2:"));
     // And the sealed secret still verifies the tenant's own tokens.
-    let token = jwt(
-        &f.tenant.signing_secret,
-        json!({"sub": "ann", "tid": f.tenant.id, "iat": now(), "exp": now() + 60}),
+    restarted.user(&token()).counts().expect(200).await;
+    drop(restarted);
+
+    // Once a start has bound every secret, plaintext that appears later is
+    // neither sealed nor opened: the tenant's tokens stop verifying.
+    sql::stage_plaintext_secrets(&f.pool, &f.tenant, &id, &webhook_secret).await;
+    let restarted = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("restart");
+    let (signing, _) = sql::stored_signing_secrets(&f.pool, &f.tenant).await;
+    assert_eq!(signing, f.tenant.signing_secret, "left as it is");
+    restarted.user(&token()).counts().problem(401).await;
+}
+
+#[tokio::test]
+async fn a_sealed_signing_secret_copied_to_another_tenants_row_does_not_open() {
+    let f = TenantFixture::spawn().await;
+    let other = f.app.create_tenant().await;
+    // Whoever can write the table gives our tenant the other's secret, so
+    // that tokens the other can mint would pass as ours.
+    sql::copy_stored_signing_secret(&f.pool, &other, &f.tenant).await;
+    let fresh = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("an instance with no cached secrets");
+    let forged = jwt(
+        &other.signing_secret,
+        json!({"sub": "ann", "tid": f.tenant.id, "iat": unix_now(), "exp": unix_now() + 60}),
     );
-    restarted.user(&token).counts().expect(200).await;
+    fresh.user(&forged).counts().problem(401).await;
 }
 
 #[test]
@@ -465,4 +480,299 @@ fn a_secret_key_that_does_not_parse_is_refused_without_being_echoed() {
     );
     assert!(!ok, "{text}");
     assert!(!text.contains("aHVudGVyMg"), "{text}");
+}
+
+/// A client may send any token as its method. Each distinct label value is a
+/// series kept and rendered for the life of the process, so the request
+/// metric's `method` label takes a fixed set of values: invented methods are
+/// all `other`.
+#[tokio::test]
+async fn invented_http_methods_share_one_metric_label() {
+    let (app, _db) = TestApp::spawn().await.unwrap();
+    let http = reqwest::Client::new();
+    for n in 0..20 {
+        let method = Method::from_bytes(format!("INVENTED{n}X").as_bytes()).unwrap();
+        let status = http
+            .request(method, app.url("/v1/feed"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_client_error(), "{status}");
+    }
+    let text = app.scrape().await;
+    assert!(!text.contains("INVENTED"), "{text}");
+    let other: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("tidings_http_request_duration_seconds_count{"))
+        .filter(|l| l.contains(r#"method="other""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(other, 20.0, "{text}");
+}
+
+/// The API's listener is public: `/metrics` is served there only behind
+/// `TIDINGS_METRICS_TOKEN`, and not at all by default.
+#[tokio::test]
+async fn metrics_are_off_the_api_listener_unless_a_token_guards_them() {
+    let (open, db) = TestApp::spawn_with(AppOptions::env([("TIDINGS_METRICS_TOKEN", "")]))
+        .await
+        .unwrap();
+    open.raw(Method::GET, "/metrics").problem(404).await;
+    let guarded = TestApp::spawn_on(&db.url, AppOptions::default())
+        .await
+        .unwrap();
+    guarded.raw(Method::GET, "/metrics").problem(401).await;
+    guarded
+        .raw(Method::GET, "/metrics")
+        .bearer(ADMIN_TOKEN)
+        .problem(401)
+        .await;
+    assert!(guarded
+        .scrape()
+        .await
+        .contains("tidings_http_request_duration_seconds"));
+    let (ok, text) = run_tidings(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("TIDINGS_METRICS_TOKEN", "short"),
+            (
+                "TIDINGS_ADMIN_TOKEN",
+                "a-long-enough-admin-token-for-this-test",
+            ),
+            ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing"),
+        ],
+    );
+    assert!(!ok, "{text}");
+    assert!(text.contains("TIDINGS_METRICS_TOKEN"), "{text}");
+    assert!(!text.contains("short"), "{text}");
+}
+
+/// `X-Forwarded-For` and `X-Real-IP` are anyone's to write: the request log
+/// names the peer unless it is a trusted proxy. And a stream ticket is never
+/// logged, however its parameter's name is spelled (`%74icket` is decoded to
+/// `ticket` by the query parser that authenticates).
+#[tokio::test]
+async fn the_request_log_names_the_peer_unless_trusted_and_never_a_ticket() {
+    let (app, db) = TestApp::spawn().await.unwrap();
+    let http = reqwest::Client::new();
+    let forged = |base: String| {
+        let http = http.clone();
+        async move {
+            http.get(format!("{base}/healthz"))
+                .header("x-forwarded-for", "203.0.113.9")
+                .header("x-real-ip", "198.51.100.7")
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    forged(app.base_url().to_owned()).await;
+    for name in ["%74icket", "TICKET", "Ticket"] {
+        http.get(app.url(&format!("/v1/feed/stream?{name}=tds_leaked_{}", name.len())))
+            .send()
+            .await
+            .unwrap();
+    }
+    let logged = tidings_tests::eventually(std::time::Duration::from_secs(10), || async {
+        app.process.log().matches("/v1/feed/stream?").count() >= 3
+    })
+    .await;
+    let log = app.process.log();
+    assert!(logged, "{log}");
+    assert!(log.contains("remote_addr=127.0.0.1"), "{log}");
+    assert!(!log.contains("203.0.113.9"), "{log}");
+    assert!(!log.contains("198.51.100.7"), "{log}");
+    assert!(!log.contains("tds_leaked"), "{log}");
+
+    let behind_proxy = TestApp::spawn_on(
+        &db.url,
+        AppOptions::env([("TIDINGS_TRUSTED_PROXIES", "127.0.0.0/8")]),
+    )
+    .await
+    .unwrap();
+    forged(behind_proxy.base_url().to_owned()).await;
+    let believed = tidings_tests::eventually(std::time::Duration::from_secs(10), || async {
+        behind_proxy
+            .process
+            .log()
+            .contains("remote_addr=203.0.113.9")
+    })
+    .await;
+    assert!(believed, "{}", behind_proxy.process.log());
+}
+
+/// Resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// The sum of the samples of metric `name` whose labels contain `labels`.
+fn metric_sum(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Clients that ask for the largest static page (`/docs`, 1.8 MB) and never
+/// read the answer: each holds no copy of the page (one buffer is shared),
+/// and each is cut off once its writes have made no progress for the write
+/// timeout (bench/findings/health-and-http.md, "Clients that stop reading",
+/// has the measurement at the audit's 300 clients).
+#[tokio::test]
+async fn clients_that_never_read_share_one_page_and_are_cut_off_by_the_write_timeout() {
+    use tokio::io::AsyncWriteExt;
+    const CLIENTS: usize = 100;
+    let (app, _db) =
+        TestApp::spawn_with(AppOptions::env([("TIDINGS_HTTP_WRITE_TIMEOUT_SECS", "2")]))
+            .await
+            .unwrap();
+    let page = reqwest::get(app.url("/docs")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.bytes().await.unwrap().len() > 1_000_000);
+    let pid = app.process.pid().unwrap();
+    let before = rss_kib(pid);
+    let addr: std::net::SocketAddr = app
+        .base_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..CLIENTS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        // Several pages in a row: more than the kernel's buffers hold.
+        stream
+            .write_all(&b"GET /docs HTTP/1.1\r\nHost: t\r\n\r\n".repeat(4))
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    // Every stalled client's first answer has been handed to the connection.
+    let started = tidings_tests::eventually(std::time::Duration::from_secs(30), || async {
+        let text = app.scrape().await;
+        metric_sum(
+            &text,
+            "tidings_http_request_duration_seconds_count{",
+            r#"route="/docs""#,
+        ) >= (CLIENTS + 1) as f64
+    })
+    .await;
+    assert!(started, "{}", app.scrape().await);
+    let grown_mib = rss_kib(pid).saturating_sub(before) / 1024;
+    eprintln!("{CLIENTS} clients that never read: RSS +{grown_mib} MiB");
+    // A copy of the page each would be 170 MiB and more.
+    assert!(grown_mib < 40, "RSS grew {grown_mib} MiB");
+    let cut_off = tidings_tests::eventually(std::time::Duration::from_secs(30), || async {
+        let text = app.scrape().await;
+        metric_sum(
+            &text,
+            "tidings_http_connections_timed_out_total",
+            r#"reason="write_timeout""#,
+        ) >= CLIENTS as f64
+    })
+    .await;
+    assert!(cut_off, "{}", app.scrape().await);
+    drop(stalled);
+}
+
+/// A session left inside a transaction (a task stalled or lost mid-way)
+/// holds its locks and every tenant's feed horizon: PostgreSQL ends it
+/// after TIDINGS_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS.
+#[tokio::test]
+async fn pooled_sessions_end_a_transaction_left_idle() {
+    use clap::Parser;
+    use tidings_server::app::config::{Cli, Command};
+    let db = tidings_tests::TestDb::create().await.unwrap();
+    let cli = Cli::try_parse_from([
+        "tidings",
+        "migrate",
+        "--database-url",
+        &db.url,
+        "--db-idle-in-transaction-timeout-ms",
+        "300",
+    ])
+    .unwrap();
+    let Command::Migrate(args) = cli.command else {
+        panic!("parsed another command");
+    };
+    let pool = tidings_server::db::connect(
+        &db.url,
+        1,
+        std::time::Duration::from_secs(10),
+        args.session_timeouts(),
+    )
+    .await
+    .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    // Well past the timeout: the server has ended the session.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let after = sqlx::query("SELECT 1").execute(&mut *tx).await;
+    assert!(after.is_err(), "the idle transaction was left open");
+    // The default is on too.
+    let defaults = Cli::try_parse_from(["tidings", "migrate"]).unwrap();
+    let Command::Migrate(args) = defaults.command else {
+        panic!("parsed another command");
+    };
+    assert!(!args.session_timeouts().idle_in_transaction.is_zero());
+}
+
+/// With a pool too small for its own background tasks (LISTEN sessions,
+/// outbox, expansion) an instance starved without a word; `serve` refuses
+/// it and says what the pool must hold.
+#[test]
+fn serve_refuses_a_pool_smaller_than_its_background_tasks_need() {
+    let (ok, text) = run_tidings(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("TIDINGS_DB_MAX_CONNECTIONS", "4"),
+            (
+                "TIDINGS_ADMIN_TOKEN",
+                "a-long-enough-admin-token-for-this-test",
+            ),
+            ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing"),
+        ],
+    );
+    assert!(!ok, "{text}");
+    assert!(text.contains("TIDINGS_DB_MAX_CONNECTIONS is 4"), "{text}");
+    assert!(text.contains("LISTEN"), "{text}");
+}
+
+/// Cursors carry a checksum anyone can compute, so a client may send a
+/// position beyond the present. Resuming a stream from one must not silence
+/// it until the present catches up (for the largest position: for good).
+#[tokio::test]
+async fn a_stream_resumed_from_a_forged_future_cursor_still_delivers_new_items() {
+    use tidings_tests::sse::StreamCredential;
+    let (f, token) = tidings_tests::member_of("ops", "ann").await;
+    let forged = tidings_core::Position::new(i64::MAX, i64::MAX).to_cursor();
+    let mut stream = f
+        .app
+        .open_stream(
+            StreamCredential::Token(&token),
+            &format!("?after={forged}"),
+            None,
+        )
+        .await;
+    assert_eq!(stream.status, 200);
+    let posted = tidings_tests::post_event(&f.api(), "ops", "deploy.finished").await;
+    let item = loop {
+        let event = stream
+            .next_within(std::time::Duration::from_secs(10))
+            .await
+            .expect("the new item arrives");
+        if event.event != "marks" {
+            break event;
+        }
+    };
+    assert_eq!(item.event, "item", "{item:?}");
+    assert_eq!(item.json()["id"], posted["id"], "{item:?}");
 }

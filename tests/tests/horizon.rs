@@ -2,24 +2,10 @@
 //! tenant's feed lags only its own feed writes still in flight, never another
 //! tenant's open transaction or a session of another database.
 
-use serde_json::{json, Value};
-use tidings_core::Position;
-use tidings_tests::{client::TenantApi, sql, TenantFixture, TestTenant};
-
-fn ids(page: &Value) -> Vec<i64> {
-    page["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| i["id"].as_i64().expect("id"))
-        .collect()
-}
-
-async fn post_event(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
-    api.create_event(&json!({"team_id": team, "type": kind, "payload": {}}))
-        .expect(201)
-        .await
-}
+use tidings_tests::{
+    client::{item_ids, position},
+    member_of, post_event, sql, TenantFixture, TestTenant,
+};
 
 /// A second tenant on the fixture's server, with `user` in `team` and a token.
 async fn other_tenant(f: &TenantFixture, team: &str, user: &str) -> (TestTenant, String) {
@@ -31,9 +17,7 @@ async fn other_tenant(f: &TenantFixture, team: &str, user: &str) -> (TestTenant,
 
 #[tokio::test]
 async fn another_tenants_open_feed_write_does_not_delay_a_tenants_feed() {
-    let f = TenantFixture::spawn().await;
-    f.api().put_member("team", "a-reader").expect(201).await;
-    let a_token = f.token("a-reader").await;
+    let (f, a_token) = member_of("team", "a-reader").await;
     let (b, b_token) = other_tenant(&f, "team", "b-reader").await;
 
     // Tenant A: a feed write that stays open (it took A's feed lock and its
@@ -47,7 +31,7 @@ async fn another_tenants_open_feed_write_does_not_delay_a_tenants_feed() {
     let b_reader = f.app.user(&b_token);
     let page = b_reader.feed("").expect(200).await;
     assert_eq!(
-        ids(&page),
+        item_ids(&page),
         vec![b_event["id"].as_i64().expect("id")],
         "{page}"
     );
@@ -55,12 +39,15 @@ async fn another_tenants_open_feed_write_does_not_delay_a_tenants_feed() {
 
     // A's own feed still waits for A's open write: nothing is skipped.
     let a_reader = f.app.user(&a_token);
-    assert_eq!(ids(&a_reader.feed("").expect(200).await), Vec::<i64>::new());
+    assert_eq!(
+        item_ids(&a_reader.feed("").expect(200).await),
+        Vec::<i64>::new()
+    );
 
     a_open.commit().await.expect("commit A");
     let page = a_reader.feed("").expect(200).await;
     assert_eq!(
-        ids(&page),
+        item_ids(&page),
         vec![a_later["id"].as_i64().expect("id"), a_id],
         "{page}"
     );
@@ -68,23 +55,19 @@ async fn another_tenants_open_feed_write_does_not_delay_a_tenants_feed() {
 
 #[tokio::test]
 async fn a_transaction_in_another_database_does_not_delay_the_feed() {
-    let f = TenantFixture::spawn().await;
-    f.api().put_member("team", "reader").expect(201).await;
-    let token = f.token("reader").await;
+    let (f, token) = member_of("team", "reader").await;
 
     // A session of another database of the cluster holds a transaction id.
     let (elsewhere, held) = sql::xid_held_in_another_database().await;
 
     let event = post_event(&f.api(), "team", "fresh").await;
-    let position =
-        Position::from_cursor(event["cursor"].as_str().expect("cursor")).expect("cursor");
     assert!(
-        position.tx > held,
+        position(&event["cursor"]).tx > held,
         "the event's transaction is the newer one"
     );
     let page = f.app.user(&token).feed("").expect(200).await;
     assert_eq!(
-        ids(&page),
+        item_ids(&page),
         vec![event["id"].as_i64().expect("id")],
         "{page}"
     );

@@ -1,4 +1,4 @@
-//! Limits per tenant and per user (issue 11; ARCHITECTURE.md, invariant 11 and
+//! Limits per tenant and per user (ARCHITECTURE.md, invariant 11 and
 //! "Limits per tenant"): rate limits answer 429 with `Retry-After` and the
 //! `RateLimit` headers without touching another tenant or user, an operator
 //! overrides them per tenant, one tenant's burst queues behind its own share of
@@ -11,6 +11,7 @@ use std::{sync::Arc, time::Duration};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tidings_tests::{
+    alert,
     client::Reply,
     sql::{self, Rows},
     AppOptions, TenantFixture, TestApp,
@@ -25,16 +26,6 @@ fn limited(env: &[(&str, &str)]) -> AppOptions {
 
 fn event(team: &str) -> Value {
     json!({"team_id": team, "type": "t", "payload": {}})
-}
-
-fn alert(entity: &str) -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": entity,
-        "recipients": ["ann"],
-        "channels": ["in_app"],
-        "payload": {}
-    })
 }
 
 /// The `r=` of bucket `name` in a `RateLimit` header.
@@ -89,7 +80,10 @@ async fn a_tenant_over_its_write_rate_gets_429_with_headers_and_another_tenant_i
     // Events and alerts share the bucket; a refused request stores nothing.
     let refused = api.create_event(&event("team")).reply(429).await;
     assert_limited(&refused, "writes", 3);
-    let refused = api.create_alert(&alert("inv-1")).reply(429).await;
+    let refused = api
+        .create_alert(&alert().entity("inv-1").build())
+        .reply(429)
+        .await;
     assert_limited(&refused, "writes", 3);
     assert_eq!(sql::count_for(&f.pool, Rows::Events, &f.tenant).await, 3);
     assert_eq!(sql::count_for(&f.pool, Rows::Alerts, &f.tenant).await, 0);
@@ -142,6 +136,33 @@ async fn one_user_cannot_use_up_the_tenants_reads_and_the_tenant_has_a_ceiling_t
 }
 
 #[tokio::test]
+async fn a_backends_reads_with_its_api_key_have_a_bucket_of_their_own() {
+    let f = TenantFixture::spawn_with(limited(&[
+        ("TIDINGS_RATE_KEY_READS_PER_SEC", "0.01"),
+        ("TIDINGS_RATE_KEY_READS_BURST", "3"),
+        ("TIDINGS_RATE_WRITES_PER_SEC", "0.01"),
+        ("TIDINGS_RATE_WRITES_BURST", "2"),
+    ]))
+    .await;
+    let api = f.api();
+    for left in [2, 1, 0] {
+        let reply = api.list_deliveries("").reply(200).await;
+        assert_eq!(remaining(&reply, "key_reads"), Some(left));
+    }
+    let refused = api.list_deliveries("").reply(429).await;
+    assert_limited(&refused, "key_reads", 3);
+    // Every read route of the key shares the bucket.
+    let refused = api.list_members("t", "").reply(429).await;
+    assert_limited(&refused, "key_reads", 3);
+    // Writes have their own bucket, untouched by the reads.
+    let reply = api.create_event(&event("team")).reply(201).await;
+    assert_eq!(remaining(&reply, "writes"), Some(1));
+    // Another tenant's backend reads on.
+    let other = f.app.create_tenant().await;
+    f.app.tenant(&other).list_deliveries("").expect(200).await;
+}
+
+#[tokio::test]
 async fn stream_connects_have_their_own_bucket_and_a_refused_ticket_is_429_not_401() {
     let f = TenantFixture::spawn_with(limited(&[
         ("TIDINGS_RATE_USER_STREAMS_PER_SEC", "0.01"),
@@ -166,7 +187,7 @@ async fn stream_connects_have_their_own_bucket_and_a_refused_ticket_is_429_not_4
 
 /// The value of metric `series` (name and labels) in the server's `/metrics`.
 async fn metric(app: &TestApp, series: &str) -> Option<f64> {
-    let text = app.raw(Method::GET, "/metrics").reply(200).await.text;
+    let text = app.scrape().await;
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
@@ -218,7 +239,11 @@ async fn held_refusals_are_bounded_per_tenant_and_another_tenant_is_answered_mea
 
     // A third refusal of the same tenant is over its held cap: answered at
     // once, while the two held ones are still waiting.
-    let at_once = f.api().create_alert(&alert("inv-1")).reply(429).await;
+    let at_once = f
+        .api()
+        .create_alert(&alert().entity("inv-1").build())
+        .reply(429)
+        .await;
     assert_limited(&at_once, "writes", 1);
     assert_eq!(
         metric(&f.app, "tidings_limit_refusals_unheld_total").await,
@@ -348,13 +373,18 @@ async fn an_operator_sets_a_tenants_own_rates_and_can_return_it_to_the_defaults(
         .problem(429)
         .await;
 
-    // Out of range, or unknown: refused, nothing changed.
+    // Out of range (too slow for the bucket's clock too: 1e-11 panicked
+    // it, 1e-300 was enforced as unlimited), or unknown: refused, nothing
+    // changed.
     for bad in [
         json!({"writes": {"per_second": 1, "burst": 0}}),
         json!({"writes": {"per_second": -1, "burst": 1}}),
         json!({"writes": {"per_second": 1e9, "burst": 1}}),
+        json!({"writes": {"per_second": 1e-11, "burst": 1}}),
+        json!({"writes": {"per_second": 1e-300, "burst": 1}}),
+        json!({"reads": {"per_second": 1, "burst": 2_000_000}}),
     ] {
-        let problem = admin.set_rate_limits(&f.tenant.id, &bad).problem(400).await;
+        let problem = admin.set_rate_limits(&f.tenant.id, &bad).problem(422).await;
         assert_eq!(problem["code"], "invalid_rate_limit", "{problem}");
     }
     admin
@@ -404,7 +434,7 @@ async fn one_tenants_flood_of_slow_requests_queues_behind_its_share_and_another_
             let f = f.clone();
             tokio::spawn(async move {
                 f.api()
-                    .create_alert(&alert("hot"))
+                    .create_alert(&alert().entity("hot").build())
                     .reply_one_of(&[202, 503])
                     .await
                     .status
@@ -460,7 +490,7 @@ async fn an_alert_for_a_busy_entity_is_refused_with_409_and_retry_after_and_stor
     let blocker = sql::hold_alert_entity_lock(&f.pool, &f.tenant, "invoice.overdue", "inv-7").await;
     let reply = f
         .api()
-        .create_alert(&alert("inv-7"))
+        .create_alert(&alert().entity("inv-7").build())
         .idempotency_key("k-7")
         .reply(409)
         .await;
@@ -481,13 +511,16 @@ async fn an_alert_for_a_busy_entity_is_refused_with_409_and_retry_after_and_stor
         );
     }
     // Other entities of the tenant are not held up.
-    f.api().create_alert(&alert("inv-8")).expect(202).await;
+    f.api()
+        .create_alert(&alert().entity("inv-8").build())
+        .expect(202)
+        .await;
 
     blocker.rollback().await.expect("rollback");
     // The key was released with the refusal: the retry is a first attempt.
     let reply = f
         .api()
-        .create_alert(&alert("inv-7"))
+        .create_alert(&alert().entity("inv-7").build())
         .idempotency_key("k-7")
         .reply(202)
         .await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream::Config as StreamConfig};
 use serde_json::{json, Value};
 use tidings_tests::{
+    alert,
     sql::{count, wait_for_count, Rows},
     AppOptions, TestApp, TestDb,
 };
@@ -58,14 +59,21 @@ impl Bus {
         ])
     }
 
-    /// Publishes `body` on `tenant`'s subject.
+    /// Publishes `body` on `tenant`'s subject, named `msg_id` by the
+    /// inbox's header, `Tidings-Msg-Id`.
     async fn publish(&self, tenant: &str, body: &Value, msg_id: Option<&str>) {
+        self.publish_with_header(tenant, body, msg_id.map(|id| ("Tidings-Msg-Id", id)))
+            .await;
+    }
+
+    /// Publishes `body` on `tenant`'s subject with one header (or none).
+    async fn publish_with_header(&self, tenant: &str, body: &Value, header: Option<(&str, &str)>) {
         let subject = format!("{}.{tenant}", self.prefix);
         let payload = serde_json::to_vec(body).unwrap().into();
-        let ack = match msg_id {
-            Some(id) => {
+        let ack = match header {
+            Some((name, value)) => {
                 let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Nats-Msg-Id", id);
+                headers.insert(name, value);
                 self.js
                     .publish_with_headers(subject, headers, payload)
                     .await
@@ -105,16 +113,6 @@ impl Bus {
     }
 }
 
-fn alert_message() -> Value {
-    json!({
-        "event_type": "invoice.overdue",
-        "entity_id": "inv-7",
-        "recipients": ["ann", "bob"],
-        "channels": ["in_app"],
-        "payload": {"amount_cents": 500}
-    })
-}
-
 #[tokio::test]
 async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert() {
     let bus = Bus::new().await;
@@ -124,10 +122,13 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
         .await
         .unwrap();
     let tenant = app.create_tenant().await;
-    let message = alert_message();
+    let message = alert()
+        .recipients(&["ann", "bob"])
+        .payload(json!({"amount_cents": 500}))
+        .build();
 
-    // Three copies with one Nats-Msg-Id, spaced past JetStream's duplicate window
-    // so that the stream stores all three and only our inbox can tell.
+    // Three copies with one Tidings-Msg-Id, spaced past JetStream's duplicate
+    // window (JetStream ignores the header anyway): only our inbox can tell.
     for _ in 0..3 {
         bus.publish(&tenant.id, &message, Some("billing-run-1"))
             .await;
@@ -147,7 +148,7 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     // Poison: recorded with its reason and terminated, not redelivered forever.
     // A subject naming no tenant has nobody to file it under: terminated only.
     bus.publish(&tenant.id, &json!("not an alert"), None).await;
-    let mut unknown_tenant = alert_message();
+    let mut unknown_tenant = message.clone();
     unknown_tenant["entity_id"] = json!("inv-8");
     bus.publish(&uuid::Uuid::now_v7().to_string(), &unknown_tenant, None)
         .await;
@@ -156,8 +157,8 @@ async fn the_same_message_delivered_three_times_and_replayed_creates_one_alert()
     wait_for_count(&pool, Rows::RejectedInboxMessages, 1).await;
     assert_eq!(count(&pool, Rows::Alerts).await, 1);
 
-    // A replay of the whole stream by a new consumer (same message ids: Nats-Msg-Id,
-    // or stream:sequence) changes nothing.
+    // A replay of the whole stream by a new consumer (same message ids:
+    // Tidings-Msg-Id, or stream:sequence) changes nothing.
     drop(app);
     let replayer = TestApp::spawn_on(&db.url, bus.app_options("second"))
         .await
@@ -181,7 +182,11 @@ async fn a_crash_between_commit_and_ack_creates_one_alert_and_the_redelivery_is_
         .push(("TIDINGS_TEST_CRASH_BEFORE_ACK".into(), "1".into()));
     let mut app = TestApp::spawn_on(&db.url, crashy).await.unwrap();
     let tenant = app.create_tenant().await;
-    bus.publish(&tenant.id, &alert_message(), None).await;
+    let message = alert()
+        .recipients(&["ann", "bob"])
+        .payload(json!({"amount_cents": 500}))
+        .build();
+    bus.publish(&tenant.id, &message, None).await;
 
     // The alert commits, then the process aborts before acking.
     wait_for_count(&pool, Rows::InboxMessages, 1).await;
@@ -215,7 +220,11 @@ async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
     let (a, b) = (app.create_tenant().await, app.create_tenant().await);
 
     // A publisher on a's subject cannot act as b by naming b in the body.
-    let mut claims_b = alert_message();
+    let message = alert()
+        .recipients(&["ann", "bob"])
+        .payload(json!({"amount_cents": 500}))
+        .build();
+    let mut claims_b = message.clone();
     claims_b["tenant_id"] = json!(b.id);
     bus.publish(&a.id, &claims_b, Some("forged")).await;
     bus.wait_all_acked("tenants").await;
@@ -224,11 +233,8 @@ async fn the_subject_decides_the_tenant_and_message_ids_are_per_tenant() {
 
     // The same message id from two tenants is two messages: a cannot
     // pre-claim b's ids.
-    bus.publish(&a.id, &alert_message(), Some("run-1")).await;
-    // Past JetStream's own (stream-wide) duplicate window, so only our inbox
-    // decides.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    bus.publish(&b.id, &alert_message(), Some("run-1")).await;
+    bus.publish(&a.id, &message, Some("run-1")).await;
+    bus.publish(&b.id, &message, Some("run-1")).await;
     bus.wait_all_acked("tenants").await;
     wait_for_count(&pool, Rows::Alerts, 2).await;
     for tenant in [&a, &b] {
@@ -261,16 +267,16 @@ async fn a_tenants_messages_take_its_writes_bucket_and_come_back_once_it_allows(
         .create_event(&json!({"team_id": "t", "type": "t", "payload": {}}))
         .expect(201)
         .await;
-    bus.publish(&a.id, &alert_message(), Some("a-1")).await;
-    bus.publish(&b.id, &alert_message(), Some("b-1")).await;
+    let message = alert()
+        .recipients(&["ann", "bob"])
+        .payload(json!({"amount_cents": 500}))
+        .build();
+    bus.publish(&a.id, &message, Some("a-1")).await;
+    bus.publish(&b.id, &message, Some("b-1")).await;
     // B's message is handled while A's keeps coming back refused.
     wait_for_count(&pool, Rows::Alerts, 1).await;
     let refused = tidings_tests::eventually(Duration::from_secs(30), || async {
-        let text = app
-            .raw(reqwest::Method::GET, "/metrics")
-            .reply(200)
-            .await
-            .text;
+        let text = app.scrape().await;
         text.lines().any(|l| {
             l.strip_prefix(r#"tidings_limit_refusals_total{limit="writes"} "#)
                 .and_then(|n| n.parse::<f64>().ok())
@@ -293,6 +299,104 @@ async fn a_tenants_messages_take_its_writes_bucket_and_come_back_once_it_allows(
         .await;
     wait_for_count(&pool, Rows::Alerts, 2).await;
     bus.wait_all_acked("limited").await;
+    drop(app);
+    bus.delete().await;
+}
+
+/// Inbox messages of one tenant, by outcome.
+async fn inbox_outcomes(pool: &sqlx::PgPool, tenant: &str) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT outcome::text, error FROM inbox_messages WHERE tenant_id = $1::uuid ORDER BY outcome, error",
+    )
+    .bind(tenant)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn one_tenants_message_id_never_makes_jetstream_drop_another_tenants_message() {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let app = TestApp::spawn_on(&db.url, bus.app_options("ids"))
+        .await
+        .unwrap();
+    let (a, b) = (app.create_tenant().await, app.create_tenant().await);
+    let message = alert().recipients(&["ann"]).build();
+
+    // A names its message by JetStream's header, which JetStream dedupes
+    // across the whole stream, every tenant's subjects together: the inbox
+    // refuses it, so no publisher keeps using it.
+    bus.publish_with_header(&a.id, &message, Some(("Nats-Msg-Id", "run-1")))
+        .await;
+    // B, at once (inside any duplicate window), with the same id by the
+    // inbox's header, twice: JetStream keeps both, and the inbox takes one.
+    bus.publish(&b.id, &message, Some("run-1")).await;
+    bus.publish(&b.id, &message, Some("run-1")).await;
+    // And A's own "run-1" by the inbox's header is A's, not B's.
+    bus.publish(&a.id, &message, Some("run-1")).await;
+    bus.wait_all_acked("ids").await;
+
+    let a_rows = inbox_outcomes(&pool, &a.id).await;
+    assert_eq!(a_rows.len(), 2, "{a_rows:?}");
+    assert!(
+        a_rows.iter().any(
+            |(o, e)| o == "rejected" && e.as_deref().is_some_and(|e| e.contains("Nats-Msg-Id"))
+        ),
+        "{a_rows:?}"
+    );
+    assert!(a_rows.iter().any(|(o, _)| o == "created"), "{a_rows:?}");
+    let b_rows = inbox_outcomes(&pool, &b.id).await;
+    assert_eq!(b_rows, [("created".to_owned(), None)], "{b_rows:?}");
+    for tenant in [&a, &b] {
+        let alerts = app.tenant(tenant).list_deliveries("").expect(200).await;
+        assert_eq!(alerts["data"].as_array().map(Vec::len), Some(1), "{alerts}");
+    }
+    drop(app);
+    bus.delete().await;
+}
+
+#[tokio::test]
+async fn a_message_that_panics_in_handling_is_dead_lettered_and_the_consumer_goes_on_for_every_tenant(
+) {
+    let bus = Bus::new().await;
+    let db = TestDb::create().await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let mut options = bus.app_options("poisoned");
+    options
+        .env
+        .push(("TIDINGS_TEST_PANIC_ON".into(), "poison-pill".into()));
+    let app = TestApp::spawn_on(&db.url, options).await.unwrap();
+    let (a, b) = (app.create_tenant().await, app.create_tenant().await);
+
+    let poisoned = alert().entity("poison-pill").recipients(&["ann"]).build();
+    bus.publish(&a.id, &poisoned, Some("poisoned")).await;
+    for (tenant, entity) in [(&a, "after-a"), (&b, "after-b")] {
+        let message = alert().entity(entity).recipients(&["ann"]).build();
+        bus.publish(&tenant.id, &message, None).await;
+    }
+    // Every message is settled: the poisoned one terminated, not
+    // redelivered forever, and the others handled after it.
+    bus.wait_all_acked("poisoned").await;
+    wait_for_count(&pool, Rows::Alerts, 2).await;
+    let a_rows = inbox_outcomes(&pool, &a.id).await;
+    assert!(
+        a_rows
+            .iter()
+            .any(|(o, e)| o == "rejected" && e.as_deref().is_some_and(|e| e.contains("panicked"))),
+        "{a_rows:?}"
+    );
+    for tenant in [&a, &b] {
+        let alerts = app.tenant(tenant).list_deliveries("").expect(200).await;
+        assert_eq!(alerts["data"].as_array().map(Vec::len), Some(1), "{alerts}");
+    }
+    // Still consuming: a later message of each tenant is taken too.
+    for (tenant, entity) in [(&a, "later-a"), (&b, "later-b")] {
+        let message = alert().entity(entity).recipients(&["ann"]).build();
+        bus.publish(&tenant.id, &message, None).await;
+    }
+    wait_for_count(&pool, Rows::Alerts, 4).await;
     drop(app);
     bus.delete().await;
 }

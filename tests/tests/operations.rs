@@ -6,9 +6,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 use tidings_tests::{
-    eventually,
+    alert, eventually,
     sql::{self, Rows},
-    user_with_email, AppOptions, TenantFixture, TestApp,
+    user_with_email, AppOptions, TenantFixture, TestApp, METRICS_TOKEN,
 };
 
 #[tokio::test]
@@ -77,7 +77,11 @@ async fn a_missing_or_unsafe_request_id_is_replaced_by_a_fresh_one() {
 }
 
 async fn scrape(app: &TestApp) -> String {
-    let reply = app.raw(Method::GET, "/metrics").reply(200).await;
+    let reply = app
+        .raw(Method::GET, "/metrics")
+        .bearer(METRICS_TOKEN)
+        .reply(200)
+        .await;
     assert!(
         reply
             .header("content-type")
@@ -131,13 +135,25 @@ async fn metrics_can_be_kept_off_the_api_listener() {
         TestApp::spawn_with(AppOptions::env([("TIDINGS_METRICS_LISTEN", addr.as_str())]))
             .await
             .unwrap();
-    app.raw(Method::GET, "/metrics").problem(404).await;
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    app.raw(Method::GET, "/metrics")
+        .bearer(METRICS_TOKEN)
+        .problem(404)
+        .await;
+    let scrape = |token: Option<&'static str>| {
+        let url = format!("http://{addr}/metrics");
+        async move {
+            let mut request = reqwest::Client::new().get(url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let reply = request.send().await.unwrap();
+            (reply.status().as_u16(), reply.text().await.unwrap())
+        }
+    };
+    // The token, when set, is asked for there too.
+    assert_eq!(scrape(None).await.0, 401);
+    let (status, text) = scrape(Some(METRICS_TOKEN)).await;
+    assert_eq!(status, 200);
     assert!(
         text.contains("tidings_http_request_duration_seconds"),
         "{text}"
@@ -188,15 +204,17 @@ async fn retention_purges_what_is_done_and_old_and_an_old_cursor_pages_to_the_en
     // server), ann's and cat's are skipped (no address), and all three are
     // then made dead, which is kept 90 days.
     user_with_email(&api, "bob", Some("bob@example.com")).await;
-    let alert = |entity: &str, channels: &[&str]| {
-        json!({"event_type": "build.failed", "entity_id": entity,
-               "recipients": ["ann", "bob", "cat"], "channels": channels,
-               "payload": {"build": entity}})
+    let build_failed = |entity: &str| {
+        alert()
+            .event_type("build.failed")
+            .entity(entity)
+            .recipients(&["ann", "bob", "cat"])
+            .payload(json!({"build": entity}))
     };
-    api.create_alert(&alert("b-1", &["in_app"]))
+    api.create_alert(&build_failed("b-1").build())
         .expect(202)
         .await;
-    api.create_alert(&alert("b-2", &["email"]))
+    api.create_alert(&build_failed("b-2").channels(&["email"]).build())
         .expect(202)
         .await;
     let emails = sql::delivery_ids(&f.pool, "email").await;

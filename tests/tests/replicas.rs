@@ -1,4 +1,4 @@
-//! Reads from hot standbys (issue 13; ARCHITECTURE.md, "Reads from hot
+//! Reads from hot standbys (ARCHITECTURE.md, "Reads from hot
 //! standbys"): a standby's pages never skip what a later page (from the
 //! primary or another standby) shows; a reader sees their own marks; a standby
 //! that stops, lags or is promoted leaves rotation with no failed request and
@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use sqlx::{postgres::PgPoolOptions, PgPool};
 use tidings_core::Position;
 use tidings_tests::{
-    client::UserApi,
+    alert,
+    client::{position, UserApi},
     create_endpoint, eventually,
     sql::{self, until_served_on},
     sse::StreamCredential,
@@ -24,10 +25,6 @@ use tidings_tests::{
 };
 
 const TOKEN_HEADER: &str = "Tidings-Consistency-Token";
-
-fn position(cursor: &Value) -> Position {
-    Position::from_cursor(cursor.as_str().expect("cursor string")).expect("valid cursor")
-}
 
 /// One poll (a first page without a cursor), three items at most.
 async fn poll(reader: &UserApi<'_>, cursor: Option<&str>) -> Value {
@@ -207,6 +204,142 @@ async fn a_standby_holds_back_what_the_primary_holds_back_and_alternating_polls_
     assert!(
         standby_reads(&on_standbys).await > before,
         "the standby server's reads were served by standbys"
+    );
+}
+
+/// ARCHITECTURE.md, invariant 11, on hot standbys: another tenant's open
+/// feed write and a foreign session holding an xid (`BEGIN; SELECT
+/// pg_current_xact_id()` in another database of the cluster) hold back no
+/// one else's feed read from a standby. B's event is on B's reader's next
+/// page read with the post's consistency token, and eventually without it —
+/// from the standbys, not by falling back to the primary. `/readyz` shows each
+/// standby's replay lag and the age of the horizon it serves with.
+#[tokio::test]
+async fn another_tenants_open_write_or_a_foreign_xid_holds_back_no_feed_on_a_standby() {
+    let cluster = Cluster::shared().await;
+    let db = cluster.database().await;
+    let app = serve_with_standbys(&cluster, &db, &[]).await;
+    let pool = pool_of(&db).await;
+    let (tenant_a, tenant_b) = (app.create_tenant().await, app.create_tenant().await);
+    let api_b = app.tenant(&tenant_b);
+    api_b.put_member("team", "reader").expect(201).await;
+    let token = app.user_token(&tenant_b, "reader").await;
+    let reader = app.user(&token);
+
+    // A's write, held open, and a foreign session's xid, both older than B's
+    // event; the standbys have replayed them (so count them as running).
+    let (a_open, _, _) = sql::event_in_open_transaction(&pool, &tenant_a, "team", "held").await;
+    let (foreign, _) = sql::xid_held_on(&cluster.primary_admin()).await;
+    cluster.until_replayed().await;
+    let before = standby_reads(&app).await;
+
+    let posted = api_b
+        .create_event(&json!({"team_id": "team", "type": "b", "payload": {}}))
+        .reply(201)
+        .await;
+    let b_id = posted.json()["id"].clone();
+    let consistency = posted
+        .header(TOKEN_HEADER)
+        .expect("a post answers with a consistency token")
+        .to_string();
+    let page = reader
+        .feed("")
+        .header(TOKEN_HEADER, consistency.clone())
+        .expect(200)
+        .await;
+    assert_eq!(
+        page["items"][0]["id"], b_id,
+        "the token's read holds B's event: {page}"
+    );
+    let counts = reader
+        .counts()
+        .header(TOKEN_HEADER, consistency)
+        .expect(200)
+        .await;
+    assert_eq!(counts["unread"], 1, "the token's counts hold it: {counts}");
+
+    let on_standbys_before = standby_reads(&app).await;
+    let shown = eventually(Duration::from_secs(10), || async {
+        let page = reader.feed("").expect(200).await;
+        let counts = reader.counts().expect(200).await;
+        page["items"][0]["id"] == b_id && counts["unread"] == 1
+    })
+    .await;
+    assert!(
+        shown,
+        "B's event reached B's reader while A and a foreign xid were open"
+    );
+    let ready = readiness(&app).await;
+    assert!(
+        standby_reads(&app).await > on_standbys_before.max(before),
+        "read from the standbys: {ready}"
+    );
+    for standby in ready["standbys"].as_array().expect("standbys") {
+        assert_eq!(standby["state"], "up", "{ready}");
+        assert!(standby["lag_ms"].is_u64(), "replay lag reported: {ready}");
+        assert!(
+            standby["horizon_age_ms"].is_u64(),
+            "horizon age reported: {ready}"
+        );
+    }
+    drop(foreign);
+    a_open.rollback().await.expect("rollback A");
+}
+
+/// A standby whose newest horizon it can serve with is older than
+/// `TIDINGS_REPLICA_MAX_HORIZON_AGE_MS` leaves rotation, however small its
+/// replay lag: `/readyz` says `lagging` with both ages, and reads go to the
+/// primary (here a bound of 1 ms, which no standby can meet).
+#[tokio::test]
+async fn a_standby_whose_horizon_is_too_old_leaves_rotation_and_reads_go_to_the_primary() {
+    let cluster = Cluster::shared().await;
+    let db = cluster.database().await;
+    let env = vec![
+        (
+            "TIDINGS_DATABASE_REPLICA_URLS".to_string(),
+            cluster.replica_urls(&db.name),
+        ),
+        ("TIDINGS_REPLICA_CHECK_MS".to_string(), "50".to_string()),
+        (
+            "TIDINGS_REPLICA_MAX_LAG_MS".to_string(),
+            "60000".to_string(),
+        ),
+        (
+            "TIDINGS_REPLICA_MAX_HORIZON_AGE_MS".to_string(),
+            "1".to_string(),
+        ),
+    ];
+    let app = TestApp::spawn_on(&db.url, AppOptions::env(env))
+        .await
+        .expect("serve");
+    until_standbys(&app, &["lagging", "lagging"]).await;
+    let ready = readiness(&app).await;
+    for standby in ready["standbys"].as_array().expect("standbys") {
+        let lag = standby["lag_ms"].as_u64().expect("lag_ms");
+        assert!(lag < 60_000, "not out for its replay lag: {ready}");
+        if let Some(age) = standby["horizon_age_ms"].as_u64() {
+            assert!(age >= 1, "out for its horizon's age: {ready}");
+        }
+    }
+
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    api.put_member("team", "reader").expect(201).await;
+    let token = app.user_token(&tenant, "reader").await;
+    let posted = api
+        .create_event(&json!({"team_id": "team", "type": "e", "payload": {}}))
+        .expect(201)
+        .await;
+    let page = app.user(&token).feed("").expect(200).await;
+    assert_eq!(page["items"][0]["id"], posted["id"], "{page}");
+    let ready = readiness(&app).await;
+    assert_eq!(ready["reads"]["standby"], 0, "{ready}");
+    assert!(
+        ready["reads"]["primary_no_standby"]
+            .as_u64()
+            .expect("counter")
+            > 0,
+        "{ready}"
     );
 }
 
@@ -394,7 +527,8 @@ async fn own_marks_are_read_back_and_a_failing_standby_costs_no_request() {
     assert_eq!(failures, Vec::<String>::new(), "no read failed");
 }
 
-/// The production shape of issue 13: three `tidings serve` instances reading
+/// The production shape of "Reads from hot standbys" and "PgBouncer"
+/// (ARCHITECTURE.md): three `tidings serve` instances reading
 /// from both standbys and two `tidings worker` processes, on one primary
 /// behind PgBouncer in transaction pooling mode. Events are posted concurrently through all three instances while a poller
 /// reads pages `after` its cursor round robin across them, and a stream on one
@@ -499,17 +633,23 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
                     .create_events(&json!({ "events": events }))
                     .expect(201)
             });
-            let alert = apis[round % 3].create_alert(&json!({
-                "event_type": "invoice.paid",
-                "entity_id": format!("inv_{round}"),
-                "channels": ["webhook"],
-                "recipients": (0..RECIPIENTS).map(|r| format!("user-{r}")).collect::<Vec<_>>(),
-                "payload": {"round": round}
-            }));
+            let recipients: Vec<String> = (0..RECIPIENTS).map(|r| format!("user-{r}")).collect();
+            let post_alert = apis[round % 3].create_alert(
+                &alert()
+                    .event_type("invoice.paid")
+                    .entity(&format!("inv_{round}"))
+                    .recipients(&recipients)
+                    .channels(&["webhook"])
+                    .payload(json!({"round": round}))
+                    .build(),
+            );
             let page = poll(&readers[turn % 3], cursor.as_deref());
             turn += 1;
-            let (_, accepted, page) =
-                tokio::join!(futures::future::join_all(posts), alert.expect(202), page);
+            let (_, accepted, page) = tokio::join!(
+                futures::future::join_all(posts),
+                post_alert.expect(202),
+                page
+            );
             for d in accepted["deliveries"].as_array().expect("deliveries") {
                 assert_eq!(d["status"], "created", "{d}");
                 keys.push(d["key"].as_str().expect("key").to_string());
@@ -651,14 +791,6 @@ async fn three_instances_and_two_workers_on_standbys_skip_duplicate_and_lose_not
             "instance {i} read from the standbys"
         );
     }
-    // Every instance answered /readyz (standby_reads) through the pooler,
-    // where prepared statements do not outlive a transaction: none of them
-    // made a pipeline (server/src/pipeline.rs).
-    assert_eq!(
-        sql::pipeline_sessions(&pool).await.len(),
-        0,
-        "no pipeline behind a transaction pooler"
-    );
 }
 
 /// The cluster's PgBouncer really pools by transaction (what the test above

@@ -1,7 +1,6 @@
-//! The live feed (issue 9; ARCHITECTURE.md, invariant 12, "The live
-//! stream"): the same items as the feed, in position order, each once,
-//! resumable without gap or duplicate; marks and memberships pushed; tickets;
-//! limits; CORS.
+//! The live feed (ARCHITECTURE.md, invariant 12, "The live stream"): the
+//! same items as the feed, in position order, each once, resumable without
+//! gap or duplicate; marks and memberships pushed; tickets; limits; CORS.
 
 use std::time::Duration;
 
@@ -10,8 +9,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tidings_core::Position;
 use tidings_tests::{
-    client::TenantApi,
-    sql,
+    client::position,
+    member_of, member_of_with, openapi, post_event, sql,
     sse::{SseEvent, SseStream, StreamCredential},
     AppOptions, TenantFixture, TestApp,
 };
@@ -19,23 +18,6 @@ use tidings_tests::{
 /// Long enough for any push on a loaded test machine; only waited out when a
 /// test expects something and it does not come.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-async fn member_of(team: &str, user: &str) -> (TenantFixture, String) {
-    member_of_with(AppOptions::default(), team, user).await
-}
-
-async fn member_of_with(opts: AppOptions, team: &str, user: &str) -> (TenantFixture, String) {
-    let f = TenantFixture::spawn_with(opts).await;
-    f.api().put_member(team, user).expect(201).await;
-    let token = f.token(user).await;
-    (f, token)
-}
-
-async fn post_event(api: &TenantApi<'_>, team: &str, kind: &str) -> Value {
-    api.create_event(&json!({"team_id": team, "type": kind, "payload": {"k": kind}}))
-        .expect(201)
-        .await
-}
 
 async fn open(app: &TestApp, token: &str) -> SseStream {
     let stream = app
@@ -65,10 +47,6 @@ async fn next_item(stream: &mut SseStream) -> Value {
         "id is the cursor"
     );
     item
-}
-
-fn position(item: &Value) -> Position {
-    Position::from_cursor(item["cursor"].as_str().expect("cursor")).expect("cursor")
 }
 
 #[tokio::test]
@@ -105,7 +83,7 @@ async fn a_transaction_that_commits_late_is_never_skipped_on_the_stream() {
     let second = next_item(&mut stream).await;
     assert_eq!(first["id"], a_id, "A first");
     assert_eq!(second["id"], b["id"], "then B");
-    assert!(position(&first) < position(&second));
+    assert!(position(&first["cursor"]) < position(&second["cursor"]));
 }
 
 /// 1,000 items posted in bursts while the client disconnects at random and
@@ -169,7 +147,7 @@ async fn items_arrive_once_and_in_order_across_random_reconnects() {
     };
     let ((), (received, reconnects)) = tokio::join!(poster, reader);
     assert!(reconnects > 3, "reconnected {reconnects} times");
-    let positions: Vec<Position> = received.iter().map(position).collect();
+    let positions: Vec<Position> = received.iter().map(|i| position(&i["cursor"])).collect();
     assert!(
         positions.windows(2).all(|w| w[0] < w[1]),
         "strictly increasing positions, hence no duplicate"
@@ -205,6 +183,47 @@ async fn two_tabs_converge_on_marks() {
         assert_eq!(marks["unread_count"], 0);
         // Without standbys there is no consistency token to pass on.
         assert_eq!(marks, marked, "the same as the answer to the mark");
+    }
+}
+
+/// The data of each event, by its SSE name, matches the schema the document
+/// names for it; a `marks` event without standbys has no consistency token,
+/// so the schema must not require one.
+#[tokio::test]
+async fn every_stream_event_matches_its_schema() {
+    let (f, token) = member_of("red", "u").await;
+    f.api().put_member("blue", "u").expect(201).await;
+    let mut stream = open(&f.app, &token).await;
+    post_event(&f.api(), "red", "x").await;
+    let item = next_item(&mut stream).await;
+    f.app
+        .user(&token)
+        .mark_read(&json!({"up_to": item["cursor"]}))
+        .expect(200)
+        .await;
+    let mut marks = None;
+    while marks.is_none() {
+        let event = stream.next_within(PATIENCE).await.expect("marks");
+        if event.event == "marks" {
+            marks = Some(event.json());
+        }
+    }
+    let marks = marks.expect("a marks event");
+    assert!(marks.get("consistency_token").is_none(), "{marks}");
+    f.api().delete_member("red", "u").expect(204).await;
+    let membership = next_non_marks(&mut stream).await;
+    assert_eq!(membership.event, "membership", "{membership:?}");
+    f.api().put_member("green", "u").expect(201).await;
+    let reset = next_reset(&mut stream).await;
+    for (schema, data) in [
+        ("FeedItemOut", item),
+        ("MarksEventOut", marks),
+        ("MembershipEventOut", membership.json()),
+        ("ResetEventOut", reset),
+    ] {
+        if let Err(mismatch) = openapi::check_component(schema, &data) {
+            panic!("a stream event does not match {schema}: {mismatch}");
+        }
     }
 }
 
@@ -477,7 +496,7 @@ async fn the_preflight_of_an_allowed_origin_is_answered() {
         .header("Access-Control-Request-Method", "GET")
         .header(
             "Access-Control-Request-Headers",
-            "authorization, last-event-id",
+            "authorization, last-event-id, tidings-consistency-token",
         )
         .reply(204)
         .await;
@@ -494,8 +513,184 @@ async fn the_preflight_of_an_allowed_origin_is_answered() {
         "content-type",
         "last-event-id",
         "idempotency-key",
+        "tidings-consistency-token",
     ] {
         assert!(allowed.contains(header), "{header} in {allowed}");
     }
     assert!(preflight.header("access-control-max-age").is_some());
+}
+
+/// A script on an allowed origin can read what it needs to pace itself
+/// (rate limits, `Retry-After`), to tell a replayed write, to make its next
+/// read reflect a mark, and to quote a request when reporting a problem.
+#[tokio::test]
+async fn an_allowed_origin_may_read_the_headers_a_browser_app_needs() {
+    let (f, token) = cors_app().await;
+    let answer = f
+        .app
+        .user(&token)
+        .counts()
+        .header("Origin", ALLOWED)
+        .reply(200)
+        .await;
+    let exposed: Vec<String> = answer
+        .header("access-control-expose-headers")
+        .unwrap_or_default()
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    for header in [
+        "retry-after",
+        "location",
+        "ratelimit",
+        "ratelimit-policy",
+        "idempotency-replayed",
+        "tidings-consistency-token",
+        "x-request-id",
+    ] {
+        assert!(
+            exposed.iter().any(|h| h == header),
+            "{header} in {exposed:?}"
+        );
+    }
+}
+
+/// The next event that is neither `marks` nor an item: the stream's `reset`.
+async fn next_reset(stream: &mut SseStream) -> Value {
+    loop {
+        let event = next_non_marks(stream).await;
+        if event.event == "item" {
+            continue;
+        }
+        assert_eq!(event.event, "reset", "{event:?}");
+        return event.json();
+    }
+}
+
+async fn ticket_for(app: &TestApp, token: &str) -> String {
+    let ticket = app.user(token).create_stream_ticket().expect(201).await;
+    ticket["ticket"].as_str().expect("ticket").to_owned()
+}
+
+#[tokio::test]
+async fn a_stream_ends_when_its_token_expires_and_so_does_one_opened_with_a_ticket() {
+    let (f, _) = member_of("team", "u").await;
+    let t = &f.tenant;
+    let now = tidings_tests::unix_now();
+    let short = tidings_tests::jwt(
+        &t.signing_secret,
+        json!({"sub": "u", "tid": t.id, "iat": now, "exp": now + 3}),
+    );
+    let mut by_token = open(&f.app, &short).await;
+    let ticket = ticket_for(&f.app, &short).await;
+    let mut by_ticket = f
+        .app
+        .open_stream(StreamCredential::Ticket(&ticket), "", None)
+        .await;
+    assert_eq!(by_ticket.status, 200);
+    for stream in [&mut by_token, &mut by_ticket] {
+        assert_eq!(next_reset(stream).await["reason"], "credential_ended");
+        assert!(
+            stream.next_within(PATIENCE).await.is_none(),
+            "reset ends it"
+        );
+    }
+}
+
+#[tokio::test]
+async fn revoking_a_users_tokens_ends_their_streams_on_every_instance_and_their_unused_tickets() {
+    let (f, ann) = member_of("team", "ann").await;
+    f.api().put_member("team", "bob").expect(201).await;
+    let bob = f.token("bob").await;
+    let other = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("second instance");
+    let mut ann_here = open(&f.app, &ann).await;
+    let mut ann_there = open(&other, &ann).await;
+    let ticket = ticket_for(&other, &ann).await;
+    let mut ann_by_ticket = other
+        .open_stream(StreamCredential::Ticket(&ticket), "", None)
+        .await;
+    assert_eq!(ann_by_ticket.status, 200);
+    let unused_ticket = ticket_for(&other, &ann).await;
+    let mut bob_there = open(&other, &bob).await;
+
+    f.api().revoke_user_tokens("ann").expect(200).await;
+    for stream in [&mut ann_here, &mut ann_there, &mut ann_by_ticket] {
+        assert_eq!(next_reset(stream).await["reason"], "credential_ended");
+    }
+    // A ticket bought before the revocation opens nothing any more.
+    let refused = other
+        .open_stream(StreamCredential::Ticket(&unused_ticket), "", None)
+        .await;
+    assert_eq!(refused.status, 401);
+    // Bob's stream goes on.
+    let event = post_event(&f.api(), "team", "after-revocation").await;
+    assert_eq!(next_item(&mut bob_there).await["id"], event["id"]);
+    // A token issued after the revocation (its cutoff is rounded up to the
+    // next second) opens a stream again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let fresh = f.token("ann").await;
+    let _ann_again = open(&other, &fresh).await;
+}
+
+#[tokio::test]
+async fn a_rotated_out_signing_secret_ends_the_streams_its_tokens_opened_on_every_instance() {
+    let (f, old) = member_of("team", "u").await;
+    let other = TestApp::spawn_on(&f.db.url, AppOptions::default())
+        .await
+        .expect("second instance");
+    let mut old_there = open(&other, &old).await;
+    // The first rotation leaves the old secret verifying through its
+    // overlap: the stream goes on.
+    f.api().rotate_signing_secret().expect(201).await;
+    let newer = f.token("u").await;
+    let mut newer_there = open(&other, &newer).await;
+    let event = post_event(&f.api(), "team", "during-overlap").await;
+    assert_eq!(next_item(&mut old_there).await["id"], event["id"]);
+    assert_eq!(next_item(&mut newer_there).await["id"], event["id"]);
+    // The second ends the old secret's overlap at once, and its streams.
+    f.api().rotate_signing_secret().expect(201).await;
+    assert_eq!(
+        next_reset(&mut old_there).await["reason"],
+        "credential_ended"
+    );
+    let event = post_event(&f.api(), "team", "after-rotation").await;
+    assert_eq!(next_item(&mut newer_there).await["id"], event["id"]);
+}
+
+#[tokio::test]
+async fn one_tenant_cannot_take_every_stream_slot_and_an_operator_can_give_it_more() {
+    // Four slots, half per tenant: two.
+    let f =
+        TenantFixture::spawn_with(AppOptions::env([("TIDINGS_STREAM_MAX_CONNECTIONS", "4")])).await;
+    let mut held = Vec::new();
+    for user in ["u1", "u2"] {
+        held.push(open(&f.app, &f.token(user).await).await);
+    }
+    let third = f.token("u3").await;
+    let refused = f
+        .app
+        .open_stream(StreamCredential::Token(&third), "", None)
+        .await;
+    assert_eq!(refused.status, 503, "A holds its share");
+    assert!(refused.headers.contains_key("retry-after"));
+    // Another tenant still gets a stream.
+    let other = f.app.create_tenant().await;
+    let dan = f.app.user_token(&other, "dan").await;
+    let _dan = open(&f.app, &dan).await;
+
+    let set = f
+        .app
+        .admin()
+        .set_rate_limits(&f.tenant.id, &json!({"open_streams": 3}))
+        .expect(200)
+        .await;
+    assert_eq!(set["open_streams"], json!({"max": 3, "own": true}));
+    let _third = open(&f.app, &third).await;
+    f.app
+        .admin()
+        .set_rate_limits(&f.tenant.id, &json!({"open_streams": 0}))
+        .problem(422)
+        .await;
 }

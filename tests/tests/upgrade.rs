@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::json;
 use tidings_tests::{
-    eventually,
+    alert, eventually,
     sql::{self, Rows},
     worker_env, AppOptions, TestApp, WebhookFixture,
 };
@@ -39,13 +39,13 @@ async fn load(
     while !stop.load(Ordering::SeqCst) {
         n += 1;
         let base = target.borrow().clone();
-        let body = json!({
-            "event_type": "deploy.finished",
-            "entity_id": format!("deploy-{n}"),
-            "recipients": ["ops"],
-            "channels": ["webhook"],
-            "payload": {"n": n}
-        });
+        let body = alert()
+            .event_type("deploy.finished")
+            .entity(&format!("deploy-{n}"))
+            .recipients(&["ops"])
+            .channels(&["webhook"])
+            .payload(json!({"n": n}))
+            .build();
         let answer = http
             .post(format!("{base}/v1/alerts"))
             .bearer_auth(&api_key)

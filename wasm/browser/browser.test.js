@@ -1,7 +1,8 @@
 'use strict';
 // The ES-module build (wasm/pkg/web) in headless Chromium: loads the package
 // the way a front end does (import + init over HTTP) and checks every golden
-// vector, plus the crosscheck file when CROSSCHECK_FILE is set. Run through
+// vector (core/golden.json and core/preferences.json), plus the crosscheck
+// file when CROSSCHECK_FILE is set. Run through
 // wasm/browser/run, which installs playwright-core and Chromium if missing.
 
 const test = require('node:test');
@@ -42,10 +43,12 @@ test('the web package reproduces Rust in headless Chromium', async (ctx) => {
     const page = await browser.newPage();
     await page.goto(`${base}/wasm/browser/index.html`);
     const golden = JSON.parse(fs.readFileSync(path.join(ROOT, 'core', 'golden.json'), 'utf8')).cases;
+    // The preference vectors too: the panel must decide what fan-out decides.
+    const preferences = JSON.parse(fs.readFileSync(path.join(ROOT, 'core', 'preferences.json'), 'utf8')).cases;
     const extra = process.env.CROSSCHECK_FILE
       ? fs.readFileSync(process.env.CROSSCHECK_FILE, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
       : [];
-    const cases = golden.concat(extra);
+    const cases = golden.concat(preferences, extra);
     const results = await page.evaluate(async (cs) => {
       const m = await import('/wasm/pkg/web/tidings_core.js');
       await m.default();

@@ -53,6 +53,20 @@
         );
         return { strategy: d.strategy, batch_size: d.batchSize ?? null, reason: d.reason };
       }
+      case 'resolve_preference': {
+        const rules = (list) => {
+          const out = new t.PreferenceRules();
+          for (const r of list) out.add(r.scope, r.key, r.channel, r.setting, r.locked);
+          return out;
+        };
+        const cat = input.category;
+        const r = t.resolvePreference(
+          input.event_type ?? undefined, input.channel,
+          cat ? cat.key : undefined, cat ? cat.critical : false, cat ? cat.defaults[input.channel] : undefined,
+          rules(input.user), rules(input.tenant),
+        );
+        return { setting: r.setting, level: r.level };
+      }
       case 'retry': {
         const s = input.schedule;
         const ms = t.retryNext(input.attempt, input.random, s.base_ms, s.factor, s.max_delay_ms, s.max_attempts, s.jitter);

@@ -1,4 +1,4 @@
-//! Workload 4, outbox drain: a backlog of pending webhook deliveries drained by
+//! Workload drain: a backlog of pending webhook deliveries drained by
 //! 1, 2 and 4 `tidings worker` processes into the no-op sink (a loopback HTTP
 //! receiver inside the harness that answers 204 at once; the server has no
 //! in-process no-op channel), against a store-only baseline: the worker's own
@@ -12,6 +12,9 @@
 //! Then an open-loop soak: deliveries enqueued at half the 2-worker maximum for
 //! `tier.soak`, with enqueue-to-delivery lag p50/p99 and the dead tuples of
 //! `deliveries` sampled over time (they must stay flat).
+//!
+//! Between the two, an email phase ([`email`]): plain and templated emails
+//! drained into a no-op SMTP sink, for what rendering costs per email.
 
 use std::{
     sync::Arc,
@@ -26,6 +29,8 @@ use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use super::Ctx;
+
+mod email;
 use crate::{
     plots,
     report::{Aim, Ratio, Table, WorkloadResult},
@@ -350,7 +355,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         "deliveries/s to the no-op sink (best worker count)",
         best,
         "deliveries/s",
-        // Issue 12's aim.
         8_000.0,
     ));
     let mut t = Table::new(
@@ -410,6 +414,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         }
         w.tables.push(t);
     }
+
+    // What a template costs at send.
+    email::run(ctx, &mut w).await?;
 
     // Soak at half the 2-worker maximum.
     let rate = Spread::of(&service[at]).median / 2.0;

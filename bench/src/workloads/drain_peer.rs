@@ -1,4 +1,4 @@
-//! Workload `drain-peer` (issue 15): the outbox's database work against pgmq,
+//! Workload `drain-peer`: the outbox's database work against pgmq,
 //! the best-known PostgreSQL queue, in one run.
 //!
 //! Systems, interleaved (their order rotates every round) at 1, 2 and 4 loops:
@@ -20,7 +20,7 @@
 //!   commit 85dc95a, bench/sql/outbox_claim_v2.sql, with the completion of
 //!   then), and the run of commit 3956017 **Tidings, pages filled to half**;
 //!   their plots and tables still draw them.
-//! - **Tidings before issue 15**: the same-run "before": the claim and
+//! - **Tidings before the lean outbox**: the same-run "before": the claim and
 //!   completion as the server ran them before migration 0015
 //!   (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on a
 //!   `deliveries` with the indexes and storage settings of then
@@ -67,13 +67,13 @@ use crate::{
 /// The tenant whose deliveries are drained (every tenant still costs the
 /// claim its fairness probe).
 const TENANT: i64 = 1;
-/// The worker's defaults (server/src/config.rs): batch 100, lease 60 s.
+/// The worker's defaults (server/src/app/config.rs): batch 100, lease 60 s.
 const BATCH: i32 = 100;
 const LEASE_MS: i64 = 60_000;
 const WORKERS: [usize; 3] = [1, 2, 4];
 const QUEUE: &str = "peer";
 const LOAD_CHUNK: i64 = 20_000;
-/// `deliveries` as migrations 0005–0013 left it (before issue 15's 0015):
+/// `deliveries` as migrations 0005–0013 left it (before the lean outbox's 0015):
 /// its indexes and its storage settings (0008), applied to a copy of the
 /// migrated table's columns. `{s}` is the schema.
 pub const BEFORE_SCHEMA: &[&str] = &[
@@ -230,7 +230,7 @@ impl System {
             System::Previous => "Tidings 0015 statements",
             System::PlannedPerCall => "Tidings, claim planned per call",
             System::HalfFull => "Tidings, pages filled to half",
-            System::Before => "Tidings before issue 15",
+            System::Before => "Tidings before the lean outbox",
             System::MovedOut => "Tidings, sent rows moved out (experiment)",
             System::InPlace => "Tidings, sent rows updated in place (before the move)",
         }
@@ -1067,7 +1067,7 @@ fn summarise(
         ),
         (
             System::Before,
-            "outbox after ÷ before issue 15",
+            "outbox after ÷ before the lean outbox",
             "the statements and indexes before migration 0015, same run",
         ),
     ] {
@@ -1273,7 +1273,7 @@ fn summarise(
         );
     }
     w.notes.push(
-        "Tidings before issue 15: the claim and completion of then \
+        "Tidings before the lean outbox: the claim and completion of then \
          (bench/sql/outbox_claim_v0.sql, outbox_complete_v0.sql) on `deliveries` with the \
          indexes and storage settings of migrations 0005–0013 (unique (tenant, notification \
          key, endpoint), deliveries_by_alert, deliveries_by_status, deliveries_claimable, \

@@ -1,4 +1,4 @@
-//! Workload 2, fan-out on read versus on write. For audiences of 1 to 10,000
+//! Workload fanout: fan-out on read versus on write. For audiences of 1 to 10,000
 //! (teams `fanout-N` of tenant 0, members: its first N users), each design writes
 //! the same events and the same reader (user-0, a member of every such team and
 //! of its ordinary teams) reads the first page:

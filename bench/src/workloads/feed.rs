@@ -1,4 +1,4 @@
-//! Workload 1, feed read: GET /v1/feed (first page with limit 20 and 50, a page
+//! Workload feed: GET /v1/feed (first page with limit 20 and 50, a page
 //! 100 deep) and GET /v1/feed/counts, each against `pgbench -M prepared` of the
 //! statement the server runs for it (bench/sql/feed_page.sql, feed_counts.sql,
 //! kept identical to the server's by a test) with the same parameters, and the
@@ -9,13 +9,13 @@
 //! The reader is one user, the same for the service and pgbench: in tenant 0, a
 //! member of the hottest team (team-0, the big one) with the most memberships
 //! (ties: the smallest id) — the most expensive kind of feed in the data set.
-//! A second reader, [`WIDE_READER`], is in `wide_reader_teams` teams (issue 12:
-//! 1,000 at tier M) and reads its first page the same way.
+//! A second reader, [`WIDE_READER`], is in `wide_reader_teams` teams
+//! (1,000 at tier M) and reads its first page the same way.
 //!
-//! Reference statements, pgbench only, in the same repetitions (issue 12): the
+//! Reference statements, pgbench only, in the same repetitions: the
 //! lower bound of the first page and counts (bench/sql/feed_lower_bound.sql,
 //! handed the page's ids from the service's answer), and the feed and counts
-//! statements as they were before issue 12 (feed_page_v0.sql,
+//! statements as they were before the feed rewrite (feed_page_v0.sql,
 //! feed_counts_v0.sql), before incremental counts (feed_page_v1.sql,
 //! feed_counts_v1.sql) and before a reader whose sources fit the page had
 //! each source scanned once (feed_page_v2.sql), so every run carries its own
@@ -47,7 +47,7 @@
 //! With `--tidings-before-bin` (scripts/bench: `BENCH_BEFORE_BIN`), another
 //! build of `tidings` serves beside the measured one on the same database,
 //! and after the repetitions above the first page (limit 20) and the counts
-//! are measured on both, [`BEFORE_AFTER_REPS`] times, alternating which
+//! are measured on both, [`super::BEFORE_AFTER_REPS`] times, alternating which
 //! server goes first: the run carries its own before/after of the service
 //! path (the statements are the same when only the service changed).
 
@@ -63,19 +63,14 @@ use tidings_server::store::{
     teams::Membership,
 };
 
-use super::{fmt_ms, pg_array, rps, user_token, Ctx};
+use super::{before_and_after, fmt_ms, pg_array, rps, user_token, Ctx};
 use crate::{
     loadgen::{HttpRequest, Measure},
     pg,
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{tenant_uuid, WIDE_READER},
-    server::{self, Launch, Tidings},
     stats::Spread,
 };
-
-/// Pairs of the before/after comparison when a before binary is given: its
-/// ratio is the point of such a run, and the machine is shared.
-const BEFORE_AFTER_REPS: usize = 5;
 
 struct Variant {
     name: String,
@@ -411,19 +406,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             against: COUNTS,
         },
         Reference {
-            name: "first page SQL before issue 12",
+            name: "first page SQL before the feed rewrite",
             script: "feed_page_v0",
             vars: reader.vars(None, Some(20), Carry::Unknown),
             against: FIRST,
         },
         Reference {
-            name: "counts SQL before issue 12",
+            name: "counts SQL before the feed rewrite",
             script: "feed_counts_v0",
             vars: reader.vars(None, None, Carry::Unknown),
             against: COUNTS,
         },
         Reference {
-            name: "wide reader's first page SQL before issue 12",
+            name: "wide reader's first page SQL before the feed rewrite",
             script: "feed_page_v0",
             vars: wide.vars(None, Some(20), Carry::Unknown),
             against: WIDE,
@@ -480,7 +475,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let before_after = match &ctx.before_bin {
         Some(bin) => {
             let pairs = [&variants[FIRST], &variants[COUNTS]];
-            Some((bin, before_and_after(ctx, bin, &pairs).await?))
+            let names: Vec<String> = pairs.iter().map(|v| v.name.clone()).collect();
+            let main_base = ctx.server.url("");
+            let measured = before_and_after(ctx, bin, "feed", &names, |i, base_url| {
+                let v = pairs[i];
+                let request = v
+                    .path
+                    .strip_prefix(&main_base)
+                    .context("a variant's URL is on the main server")
+                    .map(|path| HttpRequest::get(format!("{base_url}{path}")).bearer(&v.token));
+                async move { ctx.max(&request?).await }
+            })
+            .await?;
+            Some((bin, measured))
         }
         None => None,
     };
@@ -646,7 +653,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.tables.push(t);
 
     let mut t = Table::new(
-        "Reference statements (pgbench, same repetitions): the lower bound, the statements without carried-over counts, and the SQL before incremental counts and before issue 12",
+        "Reference statements (pgbench, same repetitions): the lower bound, the statements without carried-over counts, and the SQL before incremental counts and before the feed rewrite",
         &[
             "statement",
             "pgbench tps",
@@ -731,71 +738,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.figure("notes_statements", statements);
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
-}
-
-/// One request measured on this build's server and on the before build's.
-struct Pair {
-    name: String,
-    after: Vec<Measure>,
-    before: Vec<Measure>,
-}
-
-/// Serves `bin` beside the main server (same database, same environment)
-/// and measures each variant's maximum on both, [`BEFORE_AFTER_REPS`] times,
-/// alternating which goes first so that neither always follows the other's
-/// load.
-async fn before_and_after(
-    ctx: &Ctx,
-    bin: &std::path::Path,
-    variants: &[&Variant],
-) -> anyhow::Result<Vec<Pair>> {
-    eprintln!("  feed: {} serves as the before", bin.display());
-    let before = Tidings::serve(Launch {
-        bin,
-        database_url: &ctx.target.url,
-        log_dir: &ctx.work_dir,
-        name: "serve-before-feed",
-        env: server::main_server_env(),
-    })
-    .await?;
-    let outcome = measure_pairs(ctx, &before, variants).await;
-    before.stop().await;
-    outcome
-}
-
-async fn measure_pairs(
-    ctx: &Ctx,
-    before: &Tidings,
-    variants: &[&Variant],
-) -> anyhow::Result<Vec<Pair>> {
-    let mut pairs: Vec<Pair> = variants
-        .iter()
-        .map(|v| Pair {
-            name: v.name.clone(),
-            after: vec![],
-            before: vec![],
-        })
-        .collect();
-    let main_base = ctx.server.url("");
-    for rep in 0..BEFORE_AFTER_REPS {
-        eprintln!("  feed before/after rep {}/{BEFORE_AFTER_REPS}", rep + 1);
-        for (v, pair) in variants.iter().zip(&mut pairs) {
-            let after = HttpRequest::get(&v.path).bearer(&v.token);
-            let path = v
-                .path
-                .strip_prefix(&main_base)
-                .context("a variant's URL is on the main server")?;
-            let earlier = HttpRequest::get(before.url(path)).bearer(&v.token);
-            if rep % 2 == 0 {
-                pair.before.push(ctx.max(&earlier).await?);
-                pair.after.push(ctx.max(&after).await?);
-            } else {
-                pair.after.push(ctx.max(&after).await?);
-                pair.before.push(ctx.max(&earlier).await?);
-            }
-        }
-    }
-    Ok(pairs)
 }
 
 fn format_deep(pages: usize) -> &'static str {

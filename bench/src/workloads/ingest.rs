@@ -1,4 +1,4 @@
-//! Workload 3, alert ingest: POST /v1/alerts with 10 and 1,000 deliveries per
+//! Workload ingest: POST /v1/alerts with 10 and 1,000 deliveries per
 //! alert (5 or 500 recipients × in_app + webhook), through wrk with a Lua script
 //! so every request carries its own entity (fresh keys) or replays an earlier
 //! one (same body, same Idempotency-Key).
@@ -10,15 +10,24 @@
 //!
 //! Delivery rows/s = successful requests/s × deliveries per alert (the rows each
 //! answer reports); the rows actually written are counted in the database too.
+//!
+//! With `--tidings-before-bin` (scripts/bench: `BENCH_BEFORE_BIN`), the write
+//! routes also run on that build beside this one, alternated
+//! (`super::before_and_after`): `POST /v1/events` (oha, one team of the ingest
+//! tenant) and fresh `POST /v1/alerts` of the smaller size (wrk, no
+//! Idempotency-Key): the run carries its own before/after of the write path.
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use anyhow::Context;
 use serde_json::json;
 
-use super::{drain_peer, fmt_ms, rps, Ctx};
+use super::{before_and_after, drain_peer, fmt_ms, rps, Ctx};
 use crate::{
-    loadgen::{Measure, WRK_DONE_LUA},
+    loadgen::{HttpRequest, Measure, WRK_DONE_LUA},
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{api_key, tenant_uuid},
     stats::Spread,
@@ -29,15 +38,50 @@ const TENANT: i64 = 1;
 const CHANNELS: [&str; 2] = ["in_app", "webhook"];
 const EVENT_TYPE: &str = "invoice.overdue";
 
-fn body(entity: &str, recipients: usize) -> String {
+/// What the alerts of one arm of the API measurements look like: whose they
+/// are, their event type and their channels.
+#[derive(Clone, Copy)]
+struct Shape {
+    tenant: i64,
+    event_type: &'static str,
+    channels: [&'static str; 2],
+}
+
+/// Today's alerts: in_app + webhook, no category, no template, no
+/// preference rows (the shape every earlier run measured).
+const TODAY: Shape = Shape {
+    tenant: TENANT,
+    event_type: EVENT_TYPE,
+    channels: CHANNELS,
+};
+
+/// Alerts with content and consent on: in_app + email of an event type in a
+/// category, with a published email template (its version recorded on every
+/// email row) and preference rows for every recipient, resolved at fan-out.
+/// Its own tenant, so that today's arm keeps reading no preference rows.
+const CONSENT: Shape = Shape {
+    tenant: 3,
+    event_type: "invoice.templated",
+    channels: ["in_app", "email"],
+};
+
+/// The same channels as [`CONSENT`] with neither template nor category nor
+/// preference rows: what the email channel itself costs (its contact lookup).
+const PLAIN_EMAIL: Shape = Shape {
+    tenant: 4,
+    event_type: EVENT_TYPE,
+    channels: ["in_app", "email"],
+};
+
+fn body(shape: Shape, entity: &str, recipients: usize) -> String {
     let recipients: Vec<String> = (1..=recipients).map(|i| format!("user-{i}")).collect();
     json!({
-        "event_type": EVENT_TYPE,
+        "event_type": shape.event_type,
         "entity_id": entity,
         "recipients": recipients,
-        "channels": CHANNELS,
+        "channels": shape.channels,
         "subject": "Invoice overdue",
-        "payload": {"amount": 42},
+        "payload": if shape.channels.contains(&"email") { EMAIL_PAYLOAD.clone() } else { json!({"amount": 42}) },
     })
     .to_string()
 }
@@ -46,13 +90,14 @@ fn body(entity: &str, recipients: usize) -> String {
 /// one of the primed alerts; the rest are new entities unique to this run.
 fn wrk_script(
     ctx: &Ctx,
+    shape: Shape,
     name: &str,
     recipients: usize,
     replay_pct: u32,
     idempotency: bool,
     run_id: &str,
 ) -> anyhow::Result<PathBuf> {
-    let template = body("@ENTITY@", recipients);
+    let template = body(shape, "@ENTITY@", recipients);
     let (prefix, suffix) = template
         .split_once("@ENTITY@")
         .context("entity placeholder")?;
@@ -82,7 +127,7 @@ function request()
 end
 {WRK_DONE_LUA}
 "#,
-        key = api_key(TENANT),
+        key = api_key(shape.tenant),
         primed = ctx.tier.primed_alerts,
         idempotency = if idempotency { "true" } else { "false" },
     );
@@ -130,8 +175,8 @@ fn pgbench_script(ctx: &Ctx, sql_file: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The same-run before/after of the write path's SQL (issue 15, then issue
-/// 12's migration 0019): fresh `deliveries`, `notifications` and `inbox_items`
+/// The same-run before/after of the write path's SQL (the lean outbox's
+/// migration 0015, then the natural keys' migration 0019): fresh `deliveries`, `notifications` and `inbox_items`
 /// in schema `ingest_after` (the migrated tables: indexes and storage
 /// settings) and in `ingest_before` (deliveries with the indexes and settings
 /// of migrations 0005–0013; notifications keyed by the digest and inbox_items
@@ -273,10 +318,129 @@ async fn prefill(ctx: &Ctx, alerts: i64, endpoint: uuid::Uuid) -> anyhow::Result
     Ok(())
 }
 
-async fn count_deliveries(ctx: &Ctx) -> anyhow::Result<i64> {
+/// The consent arm's tenant set up through the API as a billing team would:
+/// a category holding the event type, a published email template, a tenant
+/// default, and for each of the `recipients` users contact data and two
+/// preference rows of their own that leave both channels on (so every arm
+/// writes the same rows per alert, and the consent arm pays for reading and
+/// resolving the rows). The plain-email arm's users get contact data only.
+async fn set_up_consent(ctx: &Ctx, recipients: usize) -> anyhow::Result<()> {
+    async fn put(
+        ctx: &Ctx,
+        tenant: i64,
+        method: reqwest::Method,
+        path: &str,
+        body: serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let resp = ctx
+            .http
+            .request(method, ctx.server.url(path))
+            .bearer_auth(api_key(tenant))
+            .json(&body)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "{path} answered {}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
+        Ok(())
+    }
+    let t = CONSENT.tenant;
+    put(
+        ctx,
+        t,
+        reqwest::Method::PUT,
+        "/v1/categories/billing",
+        json!({"label": "Billing", "defaults": {"email": "on", "in_app": "on"},
+               "event_types": [CONSENT.event_type]}),
+    )
+    .await?;
+    put(
+        ctx,
+        t,
+        reqwest::Method::PUT,
+        "/v1/preference-defaults",
+        json!({"settings": [{"scope": "category", "key": "billing", "channel": "email", "setting": "on"}]}),
+    )
+    .await?;
+    put(
+        ctx,
+        t,
+        reqwest::Method::PUT,
+        &format!("/v1/templates/{}/email?locale=en", CONSENT.event_type),
+        json!({
+            "subject": "Invoice {{ payload.invoice }} is overdue",
+            "sample": EMAIL_PAYLOAD.clone(),
+            "html": EMAIL_HTML,
+        }),
+    )
+    .await?;
+    for i in 1..=recipients {
+        let user = format!("user-{i}");
+        for tenant in [CONSENT.tenant, PLAIN_EMAIL.tenant] {
+            put(
+                ctx,
+                tenant,
+                reqwest::Method::PUT,
+                &format!("/v1/users/{user}"),
+                json!({"email": format!("{user}@example.com"), "display_name": format!("User {i}"),
+                       "locale": "en-GB", "timezone": "Europe/Berlin"}),
+            )
+            .await?;
+        }
+        put(
+            ctx,
+            t,
+            reqwest::Method::PATCH,
+            &format!("/v1/users/{user}/preferences"),
+            json!({"settings": [
+                {"scope": "global", "channel": "webhook", "setting": "off"},
+                {"scope": "category", "key": "billing", "channel": "in_app", "setting": "on"},
+            ]}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The consent arm's email template: what a billing team's overdue-invoice
+/// email holds (variables, a loop, number formatting, the unsubscribe link),
+/// rendered per recipient by the drain workload's email phase.
+pub const EMAIL_HTML: &str = r#"<html><head><style>p { color: #333; } .amount { font-weight: bold; }</style></head>
+<body><p>Hello {{ recipient.display_name }},</p>
+<p>Invoice {{ payload.invoice }} of <span class="amount">{{ payload.amount | number }} {{ payload.currency }}</span> is overdue.</p>
+<table>{% for line in payload.lines %}<tr><td>{{ line.item }}</td><td>{{ line.amount | number }}</td></tr>{% endfor %}</table>
+<p><a href="{{ payload.url }}">Pay now</a></p>
+<p><a href="{{ unsubscribe_url }}">Unsubscribe from billing emails</a></p></body></html>"#;
+
+/// The payload the consent arm's alerts (and the template's sample) carry.
+pub static EMAIL_PAYLOAD: std::sync::LazyLock<serde_json::Value> = std::sync::LazyLock::new(|| {
+    json!({
+        "invoice": "INV-000042", "amount": 1234.5, "currency": "EUR",
+        "url": "https://billing.example.com/invoices/INV-000042",
+        "lines": [{"item": "Seats", "amount": 1000}, {"item": "Storage", "amount": 234.5}],
+    })
+});
+
+/// Pending email rows of the API arms, removed at the end so that a later
+/// workload's workers do not find them (no SMTP server in this server's run).
+async fn remove_pending_emails(ctx: &Ctx) -> anyhow::Result<()> {
+    sqlx::query("DELETE FROM deliveries WHERE tenant_id = ANY($1) AND channel = 'email'")
+        .bind(vec![
+            tenant_uuid(CONSENT.tenant),
+            tenant_uuid(PLAIN_EMAIL.tenant),
+        ])
+        .execute(&ctx.pool)
+        .await?;
+    Ok(())
+}
+
+async fn count_deliveries(ctx: &Ctx, tenant: i64) -> anyhow::Result<i64> {
     Ok(
         sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE tenant_id = $1")
-            .bind(tenant_uuid(TENANT))
+            .bind(tenant_uuid(tenant))
             .fetch_one(&ctx.pool)
             .await?,
     )
@@ -291,7 +455,7 @@ async fn prime(ctx: &Ctx, recipients: usize) -> anyhow::Result<()> {
             .bearer_auth(api_key(TENANT))
             .header("Idempotency-Key", format!("idem-{entity}"))
             .header("Content-Type", "application/json")
-            .body(body(&entity, recipients))
+            .body(body(TODAY, &entity, recipients))
             .send()
             .await?;
         anyhow::ensure!(
@@ -334,19 +498,45 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let mut sql_digest_keys: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut sql_0019: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
     let mut keyed: Vec<Vec<Vec<Measure>>> = vec![vec![vec![]; 3]; sizes.len()];
+    let mut consent: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut plain_email: Vec<Vec<Measure>> = vec![vec![]; sizes.len()];
+    let mut consent_written = vec![0i64; sizes.len()];
     let replay_levels = [0u32, 10, 100];
     let mut written = vec![0i64; sizes.len()];
     for &n in &sizes {
         prime(ctx, n).await?;
     }
+    set_up_consent(ctx, sizes.iter().copied().max().unwrap_or(0)).await?;
     for rep in 0..ctx.tier.reps {
         eprintln!("  ingest rep {}/{}", rep + 1, ctx.tier.reps);
         for (si, &n) in sizes.iter().enumerate() {
-            let run_id = format!("fresh-{n}-{rep}");
-            let script = wrk_script(ctx, &run_id, n, 0, false, &run_id)?;
-            let before = count_deliveries(ctx).await?;
-            fresh[si].push(ctx.wrk(&script).await?);
-            written[si] += count_deliveries(ctx).await? - before;
+            // Today's alerts, the same with templates and preferences on,
+            // and the same channels without them, in an order that rotates
+            // every repetition.
+            for arm in 0..3 {
+                match (arm + rep) % 3 {
+                    0 => {
+                        let run_id = format!("fresh-{n}-{rep}");
+                        let script = wrk_script(ctx, TODAY, &run_id, n, 0, false, &run_id)?;
+                        let before = count_deliveries(ctx, TENANT).await?;
+                        fresh[si].push(ctx.wrk(&script).await?);
+                        written[si] += count_deliveries(ctx, TENANT).await? - before;
+                    }
+                    1 => {
+                        let run_id = format!("consent-{n}-{rep}");
+                        let script = wrk_script(ctx, CONSENT, &run_id, n, 0, false, &run_id)?;
+                        let before = count_deliveries(ctx, CONSENT.tenant).await?;
+                        consent[si].push(ctx.wrk(&script).await?);
+                        consent_written[si] +=
+                            count_deliveries(ctx, CONSENT.tenant).await? - before;
+                    }
+                    _ => {
+                        let run_id = format!("email-{n}-{rep}");
+                        let script = wrk_script(ctx, PLAIN_EMAIL, &run_id, n, 0, false, &run_id)?;
+                        plain_email[si].push(ctx.wrk(&script).await?);
+                    }
+                }
+            }
             let vars = super::vars(&[
                 ("nrec", n.to_string()),
                 ("tenant", tenant.clone()),
@@ -374,7 +564,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             }
             for (li, &pct) in replay_levels.iter().enumerate() {
                 let run_id = format!("keyed-{n}-{pct}-{rep}");
-                let script = wrk_script(ctx, &run_id, n, pct, true, &run_id)?;
+                let script = wrk_script(ctx, TODAY, &run_id, n, pct, true, &run_id)?;
                 keyed[si][li].push(ctx.wrk(&script).await?);
             }
         }
@@ -385,6 +575,41 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         rps(ms).iter().map(|r| r * rows_per_alert(si)).collect()
     };
     let big = sizes.len() - 1;
+    let templated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries
+         WHERE tenant_id = $1 AND channel = 'email' AND template_version_id IS NOT NULL",
+    )
+    .bind(tenant_uuid(CONSENT.tenant))
+    .fetch_one(&ctx.pool)
+    .await?;
+    anyhow::ensure!(
+        templated > 0,
+        "the consent arm wrote no email rows with a template version: it measured nothing of templates"
+    );
+    for (si, &n) in sizes.iter().enumerate() {
+        w.ratios.push(Ratio::new(
+            &format!("ingest with templates and preferences ÷ today's, {}/alert", n * 2),
+            &format!(
+                "POST /v1/alerts delivery rows/s, in_app + email, category, template, preference rows ({}/alert)",
+                n * 2
+            ),
+            "today's alerts (in_app + webhook, no category, template or preference rows), same run",
+            (si == big).then_some(0.8),
+            &rows(&consent[si], si),
+            &rows(&fresh[si], si),
+        ));
+        w.ratios.push(Ratio::new(
+            &format!("templates and preferences ÷ the same channels without, {}/alert", n * 2),
+            &format!(
+                "POST /v1/alerts delivery rows/s, in_app + email with template and preferences ({}/alert)",
+                n * 2
+            ),
+            "in_app + email alerts with no category, template or preference rows, same run",
+            None,
+            &rows(&consent[si], si),
+            &rows(&plain_email[si], si),
+        ));
+    }
     w.ratios.push(Ratio::new(
         "alert ingest efficiency",
         &format!("POST /v1/alerts delivery rows/s ({}/alert)", sizes[1] * 2),
@@ -403,7 +628,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     ));
     for (si, &n) in sizes.iter().enumerate() {
         w.ratios.push(Ratio::new(
-            &format!("ingest SQL after ÷ before issue 15, {}/alert", n * 2),
+            &format!("ingest SQL after ÷ before the lean outbox, {}/alert", n * 2),
             &format!(
                 "pgbench rows/s of alert_ingest.sql, lean deliveries, natural keys ({}/alert)",
                 n * 2
@@ -502,7 +727,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     }
     w.tables.push(t);
     let mut t = Table::new(
-        "The write path's SQL before issue 15, before migrations 0019 and 0020 and now (pgbench, pre-filled tables, same run): delivery rows/s",
+        "The write path's SQL before the lean outbox (0015), before migrations 0019 and 0020 and now (pgbench, pre-filled tables, same run): delivery rows/s",
         &[
             "deliveries/alert",
             "before 15 (alert_ingest_v0.sql)",
@@ -535,7 +760,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     }
     w.tables.push(t);
     w.notes.push(
-        "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before issue 15) \
+        "Before/after of the SQL: pgbench of alert_ingest_v0.sql (the statements before the lean outbox) \
          on a `deliveries` with the indexes of migrations 0005–0013 and notifications and \
          inbox items keyed by the digest (before migration 0019), and of alert_ingest.sql on \
          copies of the migrated tables (schemas ingest_before, ingest_after, reached through \
@@ -590,16 +815,160 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                     "keyed_replay_10": keyed[si][1],
                     "keyed_replay_100": keyed[si][2],
                     "deliveries_written_fresh": written[si],
+                    "consent_fresh": consent[si],
+                    "plain_email_fresh": plain_email[si],
+                    "deliveries_written_consent": consent_written[si],
                 })
             })
             .collect::<Vec<_>>(),
     );
+    w.notes.push(format!(
+        "Content and consent: the consent arm's alerts are in_app + email of an event type in \
+         a category with a published email template (tenant 3); each of its users has contact \
+         data and two preference rows of their own, and the tenant has one default row, all \
+         resolving to on, so every arm writes the same rows per alert. The plain-email arm \
+         (tenant 4) sends the same channels and payload with no category, template or \
+         preference rows. Rows the consent arm wrote: {} for {}/alert, {} for {}/alert; \
+         email rows recording a template version: {templated}. Rendering happens at send: \
+         its cost is in the drain workload.",
+        consent_written[0],
+        sizes[0] * 2,
+        consent_written[big],
+        sizes[big] * 2
+    ));
+    let mut t = Table::new(
+        "Ingest with content and consent on (closed loop, wrk, same run): delivery rows/s",
+        &[
+            "deliveries/alert",
+            "today's (in_app + webhook)",
+            "in_app + email, plain",
+            "in_app + email, template + preferences",
+            "consent ÷ today's",
+            "consent ÷ plain email",
+        ],
+    );
+    for (si, &n) in sizes.iter().enumerate() {
+        let per_rep = |a: &[Measure], b: &[Measure]| -> Vec<f64> {
+            rps(a).iter().zip(rps(b)).map(|(x, y)| x / y).collect()
+        };
+        t.row(vec![
+            format!("{}", n * 2),
+            Spread::of(&rows(&fresh[si], si)).show(0),
+            Spread::of(&rows(&plain_email[si], si)).show(0),
+            Spread::of(&rows(&consent[si], si)).show(0),
+            Spread::of(&per_rep(&consent[si], &fresh[si])).show(2),
+            Spread::of(&per_rep(&consent[si], &plain_email[si])).show(2),
+        ]);
+    }
+    w.tables.push(t);
+    remove_pending_emails(ctx).await?;
     sqlx::query(&format!(
         "DROP SCHEMA IF EXISTS {} CASCADE",
         SCHEMAS.join(", ")
     ))
     .execute(&ctx.pool)
     .await?;
+    if let Some(bin) = &ctx.before_bin {
+        writes_before_and_after(ctx, bin, &mut w).await?;
+    }
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
+}
+
+/// `POST /v1/events` and fresh `POST /v1/alerts` (the smaller size, no
+/// Idempotency-Key) on this build's server and on the before build's `bin`,
+/// alternated: ratios "… : this build ÷ BENCH_BEFORE_BIN".
+async fn writes_before_and_after(
+    ctx: &Ctx,
+    bin: &Path,
+    w: &mut WorkloadResult,
+) -> anyhow::Result<()> {
+    let team: String = sqlx::query_scalar(
+        "SELECT team_id FROM memberships WHERE tenant_id = $1
+         GROUP BY team_id ORDER BY count(*) DESC, team_id LIMIT 1",
+    )
+    .bind(tenant_uuid(TENANT))
+    .fetch_one(&ctx.pool)
+    .await
+    .context("picking a team of the ingest tenant")?;
+    let events = ctx.work_dir.join("ingest-events.jsonl");
+    std::fs::write(
+        &events,
+        json!({"team_id": team, "type": "comment.created", "actor_id": "user-1",
+               "object_id": "doc-1", "payload": {"text": "before/after"}})
+        .to_string()
+            + "\n",
+    )?;
+    let recipients = ctx.tier.ingest_recipients[0];
+    let names = [
+        "POST /v1/events".to_string(),
+        format!("POST /v1/alerts, {}/alert", recipients * CHANNELS.len()),
+    ];
+    let mut runs = 0;
+    let pairs = before_and_after(ctx, bin, "ingest", &names, |i, base_url| {
+        runs += 1;
+        // Every alert run posts entities of its own: all of them fresh.
+        let run_id = format!("before-after-{runs}");
+        let events = events.clone();
+        async move {
+            if i == 0 {
+                let mut req =
+                    HttpRequest::get(format!("{base_url}/v1/events")).bearer(&api_key(TENANT));
+                req.method = "POST";
+                req.body_lines = Some(events);
+                ctx.max(&req).await
+            } else {
+                let script = wrk_script(ctx, TODAY, &run_id, recipients, 0, false, &run_id)?;
+                ctx.tools
+                    .wrk(&base_url, &script, ctx.tier.connections, ctx.tier.measure)
+                    .await
+            }
+        }
+    })
+    .await?;
+    let mut t = Table::new(
+        "The write routes on this build beside the before build (BENCH_BEFORE_BIN), same database, alternated",
+        &[
+            "request",
+            "this build req/s",
+            "before build req/s",
+            "this build ÷ before",
+            "errors (this, before)",
+        ],
+    );
+    for pair in &pairs {
+        let ratio = Ratio::new(
+            &format!("{}: this build ÷ BENCH_BEFORE_BIN", pair.name),
+            &format!("{} req/s, this build", pair.name),
+            &format!("{} req/s, the before build (same run)", pair.name),
+            None,
+            &rps(&pair.after),
+            &rps(&pair.before),
+        );
+        let errors = |ms: &[Measure]| ms.iter().map(|m| m.errors).sum::<f64>();
+        t.row(vec![
+            pair.name.clone(),
+            Spread::of(&rps(&pair.after)).show(0),
+            Spread::of(&rps(&pair.before)).show(0),
+            ratio.ratio.show(2),
+            format!("{}, {}", errors(&pair.after), errors(&pair.before)),
+        ]);
+        w.ratios.push(ratio);
+    }
+    w.tables.push(t);
+    w.notes.push(format!(
+        "Write routes before/after: POST /v1/events to {team} of the ingest tenant (oha, one \
+         body), then fresh POST /v1/alerts with {} deliveries each (wrk, unique entities, no \
+         Idempotency-Key), on each server in turn, alternating which goes first.",
+        recipients * CHANNELS.len()
+    ));
+    w.figure("before_bin", bin.display().to_string());
+    w.figure(
+        "before_after",
+        pairs
+            .iter()
+            .map(|p| json!({"name": p.name, "after": p.after, "before": p.before}))
+            .collect::<Vec<_>>(),
+    );
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! Workload 9, isolation (issue 11; ARCHITECTURE.md, invariant 11 and "Limits
+//! Workload isolation (ARCHITECTURE.md, invariant 11 and "Limits
 //! per tenant"): tenant A (bench tenant 0) floods the API at its maximum —
 //! alerts, events and feed reads, each from `tier.connections` closed-loop
 //! clients — while tenant B (bench tenant 1) reads its feed at a steady rate,

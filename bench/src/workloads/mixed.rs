@@ -1,4 +1,4 @@
-//! Workload 5, mixed: 90% feed reads / 10% event writes at a fixed total rate
+//! Workload mixed: 90% feed reads / 10% event writes at a fixed total rate
 //! (half the feed's closed-loop maximum), open loop. Reads alone at the same read
 //! rate are interleaved with the mixed runs; the report states how much the
 //! read p99 degrades when the writes join (a ratio, median and range).

@@ -3,6 +3,7 @@
 
 pub mod drain;
 pub mod drain_peer;
+pub mod failover;
 pub mod fanout;
 pub mod feed;
 pub mod health;
@@ -22,10 +23,89 @@ use crate::{
     loadgen::{HttpRequest, Load, Measure, Tools},
     pg::Target,
     seed::Seeded,
-    server::Tidings,
+    server::{self, Launch, Tidings},
     sqlfile::SqlFile,
     tier::Tier,
 };
+
+/// Repetitions of a before/after comparison (`--tidings-before-bin`): its
+/// ratio is the point of such a run, and the machine is shared.
+pub const BEFORE_AFTER_REPS: usize = 5;
+
+/// One request measured on this build's server and on the before build's.
+pub struct Pair {
+    pub name: String,
+    pub after: Vec<Measure>,
+    pub before: Vec<Measure>,
+}
+
+/// Serves `bin` (the before build) beside the main server, same database and
+/// environment, and measures each of `names` on both, [`BEFORE_AFTER_REPS`]
+/// times, alternating which server goes first so that neither always follows
+/// the other's load. `measure(i, base_url)` measures request `i` against the
+/// server at `base_url`.
+pub async fn before_and_after<F, Fut>(
+    ctx: &Ctx,
+    bin: &Path,
+    workload: &str,
+    names: &[String],
+    measure: F,
+) -> anyhow::Result<Vec<Pair>>
+where
+    F: FnMut(usize, String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Measure>>,
+{
+    eprintln!("  {workload}: {} serves as the before", bin.display());
+    let before = Tidings::serve(Launch {
+        bin,
+        database_url: &ctx.target.url,
+        log_dir: &ctx.work_dir,
+        name: &format!("serve-before-{workload}"),
+        env: server::main_server_env(),
+    })
+    .await?;
+    let outcome = measure_pairs(ctx, &before, workload, names, measure).await;
+    before.stop().await;
+    outcome
+}
+
+async fn measure_pairs<F, Fut>(
+    ctx: &Ctx,
+    before: &Tidings,
+    workload: &str,
+    names: &[String],
+    mut measure: F,
+) -> anyhow::Result<Vec<Pair>>
+where
+    F: FnMut(usize, String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Measure>>,
+{
+    let mut pairs: Vec<Pair> = names
+        .iter()
+        .map(|name| Pair {
+            name: name.clone(),
+            after: vec![],
+            before: vec![],
+        })
+        .collect();
+    let (this, earlier) = (&ctx.server.base_url, &before.base_url);
+    for rep in 0..BEFORE_AFTER_REPS {
+        eprintln!(
+            "  {workload} before/after rep {}/{BEFORE_AFTER_REPS}",
+            rep + 1
+        );
+        for (i, pair) in pairs.iter_mut().enumerate() {
+            if rep % 2 == 0 {
+                pair.before.push(measure(i, earlier.clone()).await?);
+                pair.after.push(measure(i, this.clone()).await?);
+            } else {
+                pair.after.push(measure(i, this.clone()).await?);
+                pair.before.push(measure(i, earlier.clone()).await?);
+            }
+        }
+    }
+    Ok(pairs)
+}
 
 pub struct Ctx {
     pub tier: Tier,
@@ -54,21 +134,15 @@ impl Ctx {
         self.sink_count.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A webhook endpoint of bench tenant `tenant` pointing at the no-op sink,
-    /// inserted directly (the API refuses loopback URLs by default).
+    /// A webhook endpoint of bench tenant `tenant` pointing at the no-op sink.
     pub async fn sink_endpoint(&self, tenant: i64) -> anyhow::Result<uuid::Uuid> {
-        let endpoint = uuid::Uuid::new_v4();
-        sqlx::query(
-            "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
-             VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
+        create_sink_endpoint(
+            &self.http,
+            &self.server.base_url,
+            &crate::seed::api_key(tenant),
+            &self.sink_url,
         )
-        .bind(crate::seed::tenant_uuid(tenant))
-        .bind(endpoint)
-        .bind(&self.sink_url)
-        .execute(&self.pool)
         .await
-        .context("inserting the sink's webhook endpoint")?;
-        Ok(endpoint)
     }
 
     pub fn plot_path(&self, name: &str) -> (PathBuf, String) {
@@ -232,4 +306,31 @@ pub fn pg_array<T: std::fmt::Display>(items: &[T]) -> String {
         })
         .collect();
     format!("{{{}}}", inner.join(","))
+}
+
+/// Creates a webhook endpoint at `sink_url` through the API (bench servers
+/// allow loopback targets), so that its secret is sealed and bound to its row
+/// as the server's own are: a secret inserted in clear is refused once a
+/// start has bound every stored secret.
+pub async fn create_sink_endpoint(
+    http: &reqwest::Client,
+    base_url: &str,
+    api_key: &str,
+    sink_url: &str,
+) -> anyhow::Result<uuid::Uuid> {
+    let created: serde_json::Value = http
+        .post(format!("{base_url}/v1/webhook-endpoints"))
+        .bearer_auth(api_key)
+        .json(&serde_json::json!({ "url": sink_url }))
+        .send()
+        .await?
+        .error_for_status()
+        .context("creating the sink's webhook endpoint")?
+        .json()
+        .await?;
+    created["id"]
+        .as_str()
+        .context("the endpoint's id")?
+        .parse()
+        .context("the endpoint's id is a UUID")
 }

@@ -1,10 +1,11 @@
-//! Workload 11, replicas (issue 13; ARCHITECTURE.md "Reads from hot
-//! standbys"): the production shape of `scripts/cluster` — a primary and two
-//! streaming hot standbys of its own (`--name bench-replicas`, ports from the
-//! bench PostgreSQL's + 60) — with two `tidings serve` on it: one reading
-//! from the standbys (`TIDINGS_DATABASE_REPLICA_URLS`), one on the primary
-//! alone. On one 2-core machine the standbys add no CPU (all three servers
-//! share the same cores), so this measures what can be measured honestly:
+//! Workload replicas (ARCHITECTURE.md "Reads from hot standbys"): the
+//! production shape of `scripts/cluster` — a primary and two streaming hot
+//! standbys of its own (`--name bench-replicas`, on the bench PostgreSQL's
+//! port plus 4 to 7, the rest of its checkout's slot) — with two `tidings
+//! serve` on it: one reading from the standbys
+//! (`TIDINGS_DATABASE_REPLICA_URLS`), one on the primary alone. On one
+//! 2-core machine the standbys add no CPU (all three servers share the same
+//! cores), so this measures what can be measured honestly:
 //!
 //! - **Router overhead**: `GET /v1/feed?limit=20` req/s (closed loop)
 //!   through the standby-reading server vs the primary-only one, interleaved.
@@ -102,7 +103,9 @@ fn url(port: u16) -> String {
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
-    let port = ctx.target.port + 60;
+    // The bench PostgreSQL's checkout slot is eight ports (main.rs,
+    // `checkout_pg_port`): it takes the first, this cluster the last four.
+    let port = ctx.target.port + 4;
     cluster(
         &ctx.repo,
         port,

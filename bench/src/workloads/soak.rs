@@ -1,4 +1,4 @@
-//! Workload soak (issue 14): does Tidings stay flat over time when its
+//! Workload soak: does Tidings stay flat over time when its
 //! retention purge runs throughout?
 //!
 //! A database of its own (`tidings_bench_soak`, nothing seeded), a `tidings
@@ -11,7 +11,7 @@
 //! outbox depth and the server's RSS; every second it scrapes `/metrics` for
 //! the purge's deleted rows, which marks each second as "purging" or not.
 //!
-//! Aims (issue 14): sizes and dead tuples of the last quarter within ±10 % of
+//! Aims: sizes and dead tuples of the last quarter within ±10 % of
 //! the second quarter (the first is warm-up: retention has not cut in yet),
 //! RSS likewise, and feed p99 in seconds with purge activity at most 1.5× the
 //! p99 of seconds without.
@@ -35,7 +35,7 @@ use crate::{
     pg::Target,
     plots,
     report::{Aim, Table, WorkloadResult},
-    server::{self, Launch, Tidings, ADMIN_TOKEN},
+    server::{self, Launch, Tidings, ADMIN_TOKEN, METRICS_TOKEN},
     stats::percentile,
     tier::TierName,
 };
@@ -153,7 +153,7 @@ struct Actors {
     teams: usize,
 }
 
-async fn set_up(ctx: &Ctx, plan: &Plan, pool: &sqlx::PgPool, base: &str) -> anyhow::Result<Actors> {
+async fn set_up(ctx: &Ctx, plan: &Plan, base: &str) -> anyhow::Result<Actors> {
     let http = &ctx.http;
     let tenant: Value = http
         .post(format!("{base}/v1/admin/tenants"))
@@ -173,18 +173,7 @@ async fn set_up(ctx: &Ctx, plan: &Plan, pool: &sqlx::PgPool, base: &str) -> anyh
         .await?
         .error_for_status()
         .context("setting the soak tenant's feed retention")?;
-    // The API refuses loopback webhook URLs by default: insert the sink's
-    // endpoint directly, as `Ctx::sink_endpoint` does for the seeded tenants.
-    sqlx::query(
-        "INSERT INTO webhook_endpoints (tenant_id, id, url, secret)
-         VALUES ($1, $2, $3, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')",
-    )
-    .bind(tenant_id)
-    .bind(uuid::Uuid::new_v4())
-    .bind(&ctx.sink_url)
-    .execute(pool)
-    .await
-    .context("inserting the sink's webhook endpoint")?;
+    super::create_sink_endpoint(http, base, &api_key, &ctx.sink_url).await?;
     let mut tokens = Vec::with_capacity(plan.users);
     for u in 0..plan.users {
         let user = format!("user-{u}");
@@ -330,7 +319,7 @@ async fn soak(
     serve: &Tidings,
 ) -> anyhow::Result<WorkloadResult> {
     let started = Instant::now();
-    let actors = Arc::new(set_up(ctx, plan, pool, &serve.base_url).await?);
+    let actors = Arc::new(set_up(ctx, plan, &serve.base_url).await?);
     let pid = serve.pid().context("the soak's server has no pid")?;
     let duration = Duration::from_secs(plan.duration_secs);
     let t0 = Instant::now();
@@ -472,7 +461,7 @@ async fn soak(
             let mut interval = tokio::time::interval(Duration::from_secs(1));
             while Instant::now() < until {
                 interval.tick().await;
-                if let Ok(reply) = h.get(&url).send().await {
+                if let Ok(reply) = h.get(&url).bearer_auth(METRICS_TOKEN).send().await {
                     if let Ok(text) = reply.text().await {
                         let rows = counter_sum(&text, "tidings_retention_purged_rows_total");
                         out.push((t0.elapsed().as_secs_f64(), rows));

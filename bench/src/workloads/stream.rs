@@ -1,4 +1,4 @@
-//! Workload 10, stream (issue 9; ARCHITECTURE.md "The live stream"): N
+//! Workload stream (ARCHITECTURE.md "The live stream"): N
 //! concurrent `GET /v1/feed/stream` connections on one `tidings serve`, users
 //! in teams of 100 members (all connected), and events posted open loop at a
 //! fixed rate into those teams, round robin (tier M: 100 events/s, i.e. 10,000
@@ -27,7 +27,8 @@
 //! level runs on a fresh server (its RSS before the streams is its own
 //! baseline). That server runs with rate limits off (`TIDINGS_RATE_LIMITS`,
 //! documented for one tenant's benchmark), `TIDINGS_STREAM_MAX_CONNECTIONS`
-//! and `TIDINGS_HTTP_MAX_CONNECTIONS` above N. The harness and the server
+//! and `TIDINGS_HTTP_MAX_CONNECTIONS` above N, and the tenant's share of
+//! streams at 100 % (`TIDINGS_STREAM_TENANT_SHARE_PERCENT`). The harness and the server
 //! share the machine's cores: the client's own CPU is reported too.
 
 use std::{
@@ -46,7 +47,7 @@ use super::{fmt_ms, user_token, Ctx};
 use crate::{
     plots,
     report::{Aim, Table, WorkloadResult},
-    seed::{api_key, signing_secret, tenant_uuid},
+    seed::{api_key, stored_signing_secret, tenant_uuid},
     server::{Launch, Tidings},
     stats::percentile,
 };
@@ -307,7 +308,7 @@ async fn seed_tenant(ctx: &Ctx, max: usize) -> anyhow::Result<()> {
          ON CONFLICT DO NOTHING",
     )
     .bind(tenant)
-    .bind(signing_secret(TENANT))
+    .bind(stored_signing_secret(TENANT)?)
     .execute(&ctx.pool)
     .await
     .context("inserting the stream tenant")?;
@@ -449,6 +450,8 @@ async fn run_level(
                 "TIDINGS_HTTP_MAX_CONNECTIONS".into(),
                 (n + 1_100).to_string(),
             ),
+            // One tenant holds every stream here: its share is the whole.
+            ("TIDINGS_STREAM_TENANT_SHARE_PERCENT".into(), "100".into()),
         ],
     })
     .await?;
@@ -909,10 +912,10 @@ impl Probe {
 
 /// /proc reports CPU times in USER_HZ, which Linux fixes at 100 for user
 /// space on every architecture it runs on.
-const CLK_TCK: f64 = 100.0;
+pub(crate) const CLK_TCK: f64 = 100.0;
 
 /// utime + stime of a process (all its threads), in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let fields = stat_fields(&stat)?;
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)

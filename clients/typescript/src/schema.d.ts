@@ -452,8 +452,10 @@ export interface paths {
          *     the last event; refetch the feed, then open a new stream with
          *     `after` = the refetched head. Sent when the resume cursor cannot be
          *     used, when the client reads too slowly, when the user opened too
-         *     many streams (the oldest closes), after the user joined a team, and
-         *     when the server shuts down.
+         *     many streams (the oldest closes), after the user joined a team, when
+         *     the credential the stream was opened with ends (its `exp`, a
+         *     revocation of the user's tokens, or its signing secret rotated out),
+         *     and when the server shuts down.
          *     - a comment line (`:`) every 15 seconds as a heartbeat.
          *
          *     Resume: `Last-Event-ID` (sent by `EventSource` on reconnect) or
@@ -461,7 +463,8 @@ export interface paths {
          *     gap and no duplicate. Without either, only new items are sent.
          *     Authentication: a user token, or `?ticket=` from
          *     `POST /v1/feed/stream-tickets`. 503 with `Retry-After` when this
-         *     instance holds its maximum number of streams.
+         *     instance holds its maximum number of streams, or the tenant its share
+         *     of them.
          */
         get: operations["feed.stream"];
         put?: never;
@@ -629,6 +632,218 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/categories/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One category. */
+        get: operations["categories.get"];
+        /**
+         * Create or replace a category: its label, whether it is critical, its
+         *     default per channel and the event types it holds.
+         */
+        put: operations["categories.put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/categories": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every category of the tenant, by key. */
+        get: operations["categories.list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user_id}/preferences": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A user's preferences: the resolved grid with the level that decided
+         *     each cell, the user's rows and the tenant's defaults.
+         */
+        get: operations["preferences.get"];
+        /** Replace a user's settings with exactly these rows. */
+        put: operations["preferences.put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Merge rows into a user's settings; a row with `"setting": null` is
+         *     removed. Answers the preferences after the change.
+         */
+        patch: operations["preferences.patch"];
+        trace?: never;
+    };
+    "/v1/me/preferences": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The signed-in user's preferences (for the inbox page). */
+        get: operations["me.preferences.get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Merge rows into the signed-in user's settings (`null` removes a row). */
+        patch: operations["me.preferences.patch"];
+        trace?: never;
+    };
+    "/v1/preference-defaults": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's default rows (locked ones beat every user setting). */
+        get: operations["preference_defaults.get"];
+        /** Replace the tenant's default rows with exactly these. */
+        put: operations["preference_defaults.put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/{event_type}/{channel}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The published template of an event type and channel: every locale,
+         *     or the one named by `?locale=` (exactly that locale, no fallback).
+         */
+        get: operations["templates.get"];
+        /**
+         * Save one locale's template for an event type and channel. Writes and
+         *     publishes a new immutable version (with the template's other locales);
+         *     alerts enqueued before keep the version they recorded. A template that
+         *     does not parse, names a filter outside the vetted set, or fails or runs
+         *     out of fuel on `sample` is refused with 422 naming the part and line.
+         */
+        put: operations["templates.put"];
+        post?: never;
+        /**
+         * Delete one locale (`?locale=`) or the whole template. Without a
+         *     template, alerts of the event type are rendered as before templates.
+         */
+        delete: operations["templates.delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's published templates, by channel then event type, a page
+         *     at a time.
+         */
+        get: operations["templates.list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Render a template on sample data: the saved one for the event type,
+         *     channel and locale (with the recipients' fallback), or `template`.
+         *     Writes nothing.
+         */
+        post: operations["templates.preview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/template-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's template settings. */
+        get: operations["template-settings.get"];
+        /** Set the tenant's default locale (absent: none, then `en`). */
+        put: operations["template-settings.put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/event-types/{event_type}/delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The event type's default delivery rules (`{}` when none are set). */
+        get: operations["event-types.delivery.get"];
+        /**
+         * Set the event type's default delivery rules, which alerts of this
+         *     event type with an `in_app` channel apply from now on to each channel
+         *     their own `delivery` does not name. `{}` clears them. Critical
+         *     categories never wait.
+         */
+        put: operations["event-types.delivery.put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -669,6 +884,21 @@ export interface components {
             payload: {
                 [key: string]: unknown;
             };
+            /**
+             * @description The category the alert belongs to (`PUT /v1/categories/{key}`), which
+             *     must exist. Omitted: the category of its event type, if any. The
+             *     recipients' preferences for it apply, and emails of a non-critical
+             *     category carry a one-click unsubscribe link.
+             */
+            category?: string | null;
+            /**
+             * @description Per channel, wait and deliver only if the in-app item is still
+             *     unread: `{"email": {"delay": "15m", "unless": "read"}}`. A channel not
+             *     named takes its event type's default
+             *     (`PUT /v1/event-types/{event_type}/delivery`). Needs `in_app` among the
+             *     channels; ignored for a critical category, which never waits.
+             */
+            delivery?: components["schemas"]["DeliveryRulesIn"] | (never | null);
         };
         /** AlertOut */
         AlertOut: {
@@ -704,8 +934,81 @@ export interface components {
             /** @description Shown only once. */
             api_key: string;
         };
+        /**
+         * @description What the HTML body of an email template is written in.
+         * @enum {string}
+         */
+        BodyFormatName: "html" | "mjml";
+        /** CategoryIn */
+        CategoryIn: {
+            /** @description For people, e.g. "Billing" (1–255 bytes). */
+            label: string;
+            /**
+             * @description Critical categories (password resets, receipts, security notices)
+             *     ignore every preference and carry no unsubscribe link.
+             * @default false
+             */
+            critical: boolean | null;
+            /** @description The category's own setting per channel; absent: none. */
+            defaults?: components["schemas"]["ChannelDefaults"] | (never | null);
+            /**
+             * @description The event types this category holds; each event type is in one
+             *     category at most (409 otherwise). Replaces the category's list.
+             * @default []
+             */
+            event_types: string[] | null;
+        };
+        /** CategoryListOut */
+        CategoryListOut: {
+            categories: components["schemas"]["CategoryOut"][];
+        };
+        /** CategoryOut */
+        CategoryOut: {
+            key: string;
+            label: string;
+            critical: boolean;
+            defaults: components["schemas"]["DefaultsOut"];
+            event_types: string[];
+        };
+        /**
+         * CellOut
+         * @description One cell of the grid: the setting that applies and the level that
+         *     decided it.
+         */
+        CellOut: {
+            channel: components["schemas"]["ChannelName"];
+            setting: components["schemas"]["SettingOut"];
+            decided_by: components["schemas"]["LevelName"];
+        };
+        /**
+         * ChannelDefaults
+         * @description A category's own setting per channel; an omitted channel has none.
+         */
+        ChannelDefaults: {
+            in_app?: components["schemas"]["SettingName"] | (never | null);
+            email?: components["schemas"]["SettingName"] | (never | null);
+            webhook?: components["schemas"]["SettingName"] | (never | null);
+        };
         /** @enum {string} */
         ChannelName: "in_app" | "email" | "webhook";
+        /**
+         * ChannelRuleIn
+         * @description Wait `delay`, then deliver only if the recipient's in-app item of the
+         *     alert is not `unless` by then. Decided when the delivery is claimed,
+         *     ordered with every read of that user: a read (on any device, one by one
+         *     or "mark all") committed before the decision skips it.
+         */
+        ChannelRuleIn: {
+            /** @description A whole number and a unit: `30s`, `15m`, `2h`, `1d` (1 s to 7 d). */
+            delay: string;
+            /** @description `read` or `seen`. */
+            unless: string;
+        };
+        /**
+         * @description A channel, or `*` for every channel.
+         * @enum {string}
+         */
+        ChannelSelector: "*" | "in_app" | "email" | "webhook";
         /**
          * CountsOut
          * @description Badge counts.
@@ -729,6 +1032,35 @@ export interface components {
             unseen: number;
             /** @description True when a count passed 1,000: the count reads 1,000, show "1000+". */
             capped: boolean;
+        };
+        /** DefaultsOut */
+        DefaultsOut: {
+            in_app: components["schemas"]["SettingOut"] | (never | null);
+            email: components["schemas"]["SettingOut"] | (never | null);
+            webhook: components["schemas"]["SettingOut"] | (never | null);
+        };
+        /**
+         * DeliveryConditionOut
+         * @description A delayed delivery's condition and its decision. It is sent only if its
+         *     in-app item is above the watermark when the decision is made and was not
+         *     read one by one; skipped with `last_error` `read` or `seen` otherwise.
+         */
+        DeliveryConditionOut: {
+            /** @description `read` or `seen`. */
+            unless: string;
+            /**
+             * @description The feed cursor of the in-app item it follows; absent when the
+             *     recipient got none (nothing to read: the delay alone applied).
+             */
+            item: string | null;
+            /**
+             * @description The watermark the last decision saw, as a feed cursor (the read
+             *     watermark, or for `seen` the later of seen and read); absent until
+             *     decided.
+             */
+            decided_watermark: string | null;
+            /** Format: date-time */
+            decided_at: string | null;
         };
         /** DeliveryOut */
         DeliveryOut: {
@@ -755,6 +1087,11 @@ export interface components {
             sent_at: string | null;
             /** Format: date-time */
             created_at: string;
+            /**
+             * @description Present when the delivery waited for the in-app item to be read (or
+             *     seen): what it waited on and what its last decision saw.
+             */
+            condition: components["schemas"]["DeliveryConditionOut"] | (never | null);
         };
         /** DeliveryPage */
         DeliveryPage: {
@@ -764,6 +1101,15 @@ export interface components {
              *     has a cursor exactly when more deliveries follow).
              */
             next_cursor: string | null;
+        };
+        /**
+         * DeliveryRulesIn
+         * @description Delivery rules per channel. In-app is always delivered at once; a rule
+         *     needs the alert to have the `in_app` channel, whose item it waits on.
+         */
+        DeliveryRulesIn: {
+            email?: components["schemas"]["ChannelRuleIn"] | (never | null);
+            webhook?: components["schemas"]["ChannelRuleIn"] | (never | null);
         };
         /** @enum {string} */
         DeliveryStatus: "pending" | "sending" | "sent" | "retrying" | "dead" | "skipped";
@@ -978,13 +1324,20 @@ export interface components {
              */
             feed_retention_secs: number | null;
         };
+        /** GridRowOut */
+        GridRowOut: {
+            category: components["schemas"]["CategoryOut"];
+            /** @description One per channel. */
+            channels: components["schemas"]["CellOut"][];
+        };
         /** HealthOut */
         HealthOut: {
             /** @description `ok`, or what is not ready yet. */
             status: string;
             /**
-             * @description Readiness only, when not ready: the check that failed, `database`,
-             *     `migrations` or `listen`.
+             * @description Readiness only, when not ready: the check that failed, `primary` (none
+             *     reachable, or the route reached a standby: as during a failover),
+             *     `database` (another database error), `migrations` or `listen`.
              */
             check?: string;
             /**
@@ -1001,6 +1354,11 @@ export interface components {
         };
         /** @enum {string} */
         ItemSource: "event" | "alert";
+        /**
+         * @description The level of the rules that decided a setting, most specific first.
+         * @enum {string}
+         */
+        LevelName: "critical" | "locked" | "user_event_type" | "user_category" | "user_global" | "tenant_event_type" | "tenant_category" | "tenant_global" | "category_default" | "fallback";
         /**
          * MarkIn
          * @description Where to move a watermark to.
@@ -1040,7 +1398,7 @@ export interface components {
              *     standbys (absent otherwise): send it as `Tidings-Consistency-Token` on
              *     the next read, on any instance, and that read reflects the change.
              */
-            consistency_token: string | null;
+            consistency_token?: string;
         };
         /**
          * MemberOut
@@ -1097,11 +1455,83 @@ export interface components {
         /** @enum {string} */
         NotificationStatusOut: "created" | "duplicate" | "skipped";
         /**
+         * OpenStreamsOut
+         * @description The tenant's cap on open streams as it is enforced.
+         */
+        OpenStreamsOut: {
+            /**
+             * Format: uint32
+             * @description Most streams the tenant may hold open on each instance.
+             */
+            max: number;
+            /** @description True: the tenant's own cap; false: the server's share. */
+            own: boolean;
+        };
+        /** PreferenceDefaultsOut */
+        PreferenceDefaultsOut: {
+            settings: components["schemas"]["SettingRowOut"][];
+        };
+        /**
+         * PreferencesOut
+         * @description A user's preferences: the resolved grid (categories × channels), the
+         *     user's own rows, and the tenant's defaults (what a preference panel
+         *     needs to resolve with the WebAssembly core as the user toggles).
+         */
+        PreferencesOut: {
+            user_id: string;
+            categories: components["schemas"]["GridRowOut"][];
+            settings: components["schemas"]["SettingRowOut"][];
+            tenant_defaults: components["schemas"]["SettingRowOut"][];
+        };
+        /** PreviewIn */
+        PreviewIn: {
+            event_type: string;
+            channel: components["schemas"]["TemplateChannel"];
+            /**
+             * @description The locale to preview: the saved template's variant is chosen as for
+             *     a recipient with this locale (with fallback).
+             */
+            locale?: string | null;
+            /** @description The sample payload (`payload`). */
+            data?: {
+                [key: string]: unknown;
+            } | null;
+            recipient?: components["schemas"]["RecipientIn"] | (never | null);
+            /** @description The alert's subject (`subject`). */
+            subject?: string | null;
+            /** @description A template to preview instead of the saved one (nothing is saved). */
+            template?: components["schemas"]["TemplateIn"] | (never | null);
+        };
+        /** PreviewOut */
+        PreviewOut: {
+            /** @description The locale of the variant rendered. */
+            locale: string;
+            /**
+             * Format: int64
+             * @description The saved version rendered; absent for an unsaved `template`.
+             */
+            template_version_id: number | null;
+            subject: string | null;
+            html: string | null;
+            text: string | null;
+            title: string | null;
+            body: string | null;
+            action_url: string | null;
+            /** @description The variables the template reads, as dotted paths (`payload.amount`). */
+            variables: string[];
+            /**
+             * Format: uint64
+             * @description Fuel the render spent (the limit is per part).
+             */
+            fuel: number;
+        };
+        /**
          * Problem
          * @description RFC 9457 problem details, plus our stable machine-readable `code`.
          * @example {
          *       "code": "invalid_cursor",
          *       "detail": "cursor is not valid base64url",
+         *       "instance": "urn:tidings:request:0193a5c2-7b1e-7c3d-9f4a-2b6e8d1c0f57",
          *       "status": 400,
          *       "title": "Bad Request",
          *       "type": "urn:tidings:problem:invalid_cursor"
@@ -1137,7 +1567,7 @@ export interface components {
         RateIn: {
             /**
              * Format: double
-             * @description Tokens added per second, 0 to 1,000,000; 0: unlimited.
+             * @description Tokens added per second: 0 (unlimited) or 0.001 to 1,000,000.
              */
             per_second: number;
             /**
@@ -1188,6 +1618,22 @@ export interface components {
              * @description Served by the primary after failing on a standby.
              */
             primary_after_standby_error: number;
+            /**
+             * Format: uint64
+             * @description Served by the primary: the standby had replayed no feed horizon recent
+             *     enough to serve with.
+             */
+            primary_standby_horizon_old: number;
+        };
+        /**
+         * RecipientIn
+         * @description A sample recipient for a preview.
+         */
+        RecipientIn: {
+            id?: string | null;
+            display_name?: string | null;
+            /** @description IANA time zone name. */
+            timezone?: string | null;
         };
         /**
          * ResetEventOut
@@ -1201,7 +1647,48 @@ export interface components {
          * @description Why the stream ends with `reset`.
          * @enum {string}
          */
-        ResetReasonOut: "invalid_cursor" | "too_far_behind" | "slow_consumer" | "superseded" | "resync" | "shutdown";
+        ResetReasonOut: "invalid_cursor" | "too_far_behind" | "slow_consumer" | "superseded" | "resync" | "shutdown" | "credential_ended";
+        /** @enum {string} */
+        ScopeName: "global" | "category" | "event_type";
+        /**
+         * @description What a user receives on a channel. (`daily` and `weekly` are reserved for
+         *     digests.)
+         * @enum {string}
+         */
+        SettingName: "on" | "off";
+        /**
+         * @description A stored setting as the API shows it (`daily`/`weekly` cannot be written
+         *     yet, but a row holding one is shown as it is).
+         * @enum {string}
+         */
+        SettingOut: "on" | "off" | "daily" | "weekly";
+        /**
+         * SettingRowIn
+         * @description One sparse settings row. `key` is the category key or the event type,
+         *     omitted for `global`.
+         */
+        SettingRowIn: {
+            scope: components["schemas"]["ScopeName"];
+            key?: string | null;
+            channel: components["schemas"]["ChannelSelector"];
+            /** @description `null` in a PATCH removes the row. */
+            setting?: components["schemas"]["SettingName"] | (never | null);
+            /** @description Tenant defaults only: a locked default beats every user setting. */
+            locked?: boolean | null;
+        };
+        /** SettingRowOut */
+        SettingRowOut: {
+            scope: components["schemas"]["ScopeName"];
+            key: string | null;
+            channel: components["schemas"]["ChannelSelector"];
+            setting: components["schemas"]["SettingOut"];
+            locked: boolean;
+        };
+        /** SettingsIn */
+        SettingsIn: {
+            /** @description At most 200 rows. */
+            settings: components["schemas"]["SettingRowIn"][];
+        };
         /** SigningSecretOut */
         SigningSecretOut: {
             /**
@@ -1232,6 +1719,15 @@ export interface components {
              *     `lagging` only).
              */
             lag_ms?: number;
+            /**
+             * Format: uint64
+             * @description The age, at the last check, of the newest per-tenant feed horizon it
+             *     had replayed and could serve with, in ms: its replay lag plus the time
+             *     between horizon readings on the primary (`up` and `lagging` only;
+             *     absent when it had replayed none recent enough). Over
+             *     `TIDINGS_REPLICA_MAX_HORIZON_AGE_MS` the standby is `lagging`.
+             */
+            horizon_age_ms?: number;
             /** @description Why it is `down`. */
             error?: string;
         };
@@ -1249,6 +1745,72 @@ export interface components {
             ticket: string;
             /** Format: date-time */
             expires_at: string;
+        };
+        /**
+         * @description The channels a template can be written for.
+         * @enum {string}
+         */
+        TemplateChannel: "email" | "in_app";
+        /**
+         * TemplateIn
+         * @description One locale's template. Email: `subject`, `html` (HTML or MJML, see
+         *     `format`) and optionally `text` (derived from the HTML when absent).
+         *     In-app: `title`, `body` and optionally `action_url`. Every field is a
+         *     template (minijinja syntax) over the variables `payload`, `recipient`
+         *     (`id`, `display_name`, `locale`, `timezone`), `event_type`, `entity_id`,
+         *     `subject`, `category`, `unsubscribe_url` and `locale`.
+         */
+        TemplateIn: {
+            subject?: string | null;
+            html?: string | null;
+            text?: string | null;
+            /** @description `html` (default) or `mjml`. */
+            format?: components["schemas"]["BodyFormatName"] | (never | null);
+            title?: string | null;
+            body?: string | null;
+            action_url?: string | null;
+            /**
+             * @description A payload the template is rendered on at save: a template that fails
+             *     on it, or runs out of fuel, is refused. Default `{}`.
+             */
+            sample?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        /** TemplateList */
+        TemplateList: {
+            data: components["schemas"]["TemplateOut"][];
+            /** @description Present when more templates follow. */
+            next_cursor: string | null;
+        };
+        /**
+         * TemplateOut
+         * @description The published version of a template.
+         */
+        TemplateOut: {
+            event_type: string;
+            channel: components["schemas"]["TemplateChannel"];
+            /**
+             * Format: int32
+             * @description 1, 2, ...: every save and every locale deleted makes a new version.
+             */
+            version: number;
+            /**
+             * Format: int64
+             * @description What deliveries rendered with this version record.
+             */
+            template_version_id: number;
+            /** @description Locale → template. */
+            variants: {
+                [key: string]: components["schemas"]["VariantOut"];
+            };
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** TemplateSettings */
+        TemplateSettings: {
+            /** @description The tenant's fallback locale, between the user's language and `en`. */
+            default_locale?: string | null;
         };
         /**
          * TenantCreatedOut
@@ -1288,6 +1850,15 @@ export interface components {
             stream_connects?: components["schemas"]["RateIn"] | (never | null);
             /** @description The same, per user. */
             user_stream_connects?: components["schemas"]["RateIn"] | (never | null);
+            /** @description GET and HEAD requests with an API key, per tenant. */
+            key_reads?: components["schemas"]["RateIn"] | (never | null);
+            /**
+             * Format: uint32
+             * @description Most streams the tenant may hold open on each instance, 1 to
+             *     1,000,000; left out: the server's share
+             *     (`TIDINGS_STREAM_TENANT_SHARE_PERCENT`).
+             */
+            open_streams?: number | null;
         };
         /**
          * TenantRateLimitsOut
@@ -1302,6 +1873,8 @@ export interface components {
             user_reads: components["schemas"]["RateOut"];
             stream_connects: components["schemas"]["RateOut"];
             user_stream_connects: components["schemas"]["RateOut"];
+            key_reads: components["schemas"]["RateOut"];
+            open_streams: components["schemas"]["OpenStreamsOut"];
             /** @description Whether this server enforces rate limits at all (`TIDINGS_RATE_LIMITS`). */
             enforced: boolean;
         };
@@ -1320,12 +1893,22 @@ export interface components {
             /** @description Where email alerts go. Without one, email alerts to this user are `skipped`. */
             email?: string | null;
             display_name?: string | null;
+            /**
+             * @description BCP 47 language tag (`fr-BE`): the locale templates are chosen in
+             *     (the user's, then its language, the tenant's default, then `en`).
+             *     Stored in canonical case.
+             */
+            locale?: string | null;
+            /** @description IANA time zone name (`Europe/Brussels`): dates in templates are shown in it. */
+            timezone?: string | null;
         };
         /** UserOut */
         UserOut: {
             user_id: string;
             email: string | null;
             display_name: string | null;
+            locale: string | null;
+            timezone: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1352,6 +1935,19 @@ export interface components {
             user_id: string;
             /** Format: date-time */
             expires_at: string;
+        };
+        /**
+         * VariantOut
+         * @description One locale's template as stored.
+         */
+        VariantOut: {
+            subject: string | null;
+            html: string | null;
+            text: string | null;
+            format: components["schemas"]["BodyFormatName"] | (never | null);
+            title: string | null;
+            body: string | null;
+            action_url: string | null;
         };
         /**
          * WatermarksOut
@@ -2855,6 +3451,8 @@ export interface operations {
             /** @description OK: a `MemberPage`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2940,6 +3538,19 @@ export interface operations {
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4112,6 +4723,12 @@ export interface operations {
     "feed.stream": {
         parameters: {
             query?: {
+                /**
+                 * @description A stream ticket from `POST /v1/feed/stream-tickets`, instead of a
+                 *     user token: for `EventSource`, which cannot send headers. Single
+                 *     use, valid for a minute.
+                 */
+                ticket?: string;
                 /** @description Resume after this cursor (the last `id` received). */
                 after?: string;
             };
@@ -4411,6 +5028,8 @@ export interface operations {
             /** @description OK: a `AlertOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4502,6 +5121,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -4533,6 +5165,8 @@ export interface operations {
             /** @description OK: a `DeliveryPage`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4618,6 +5252,19 @@ export interface operations {
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4769,6 +5416,8 @@ export interface operations {
             /** @description OK: a `UserOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4854,6 +5503,19 @@ export interface operations {
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5128,6 +5790,8 @@ export interface operations {
             /** @description OK: a `WebhookEndpointList`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5213,6 +5877,19 @@ export interface operations {
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5366,6 +6043,8 @@ export interface operations {
             /** @description OK: a `WebhookEndpointOut`. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5451,6 +6130,19 @@ export interface operations {
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5604,6 +6296,2441 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `CategoryOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CategoryOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CategoryIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `CategoryOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CategoryOut"];
+                };
+            };
+            /** @description Created: a `CategoryOut`. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CategoryOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `CategoryListOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CategoryListOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "preferences.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `PreferencesOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferencesOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "preferences.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `PreferencesOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferencesOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "preferences.patch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `PreferencesOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferencesOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "me.preferences.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `PreferencesOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferencesOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "me.preferences.patch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `PreferencesOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferencesOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "preference_defaults.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `PreferenceDefaultsOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferenceDefaultsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "preference_defaults.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingsIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `PreferenceDefaultsOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreferenceDefaultsOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "templates.get": {
+        parameters: {
+            query?: {
+                locale?: string;
+            };
+            header?: never;
+            path: {
+                event_type: string;
+                /** @description `email` or `in_app`. */
+                channel: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TemplateOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "templates.put": {
+        parameters: {
+            query?: {
+                /** @description BCP 47 tag; default `en`. */
+                locale?: string;
+            };
+            header?: never;
+            path: {
+                event_type: string;
+                /** @description `email` or `in_app`. */
+                channel: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `TemplateOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "templates.delete": {
+        parameters: {
+            query?: {
+                locale?: string;
+            };
+            header?: never;
+            path: {
+                event_type: string;
+                /** @description `email` or `in_app`. */
+                channel: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. Deliveries already enqueued keep the version they recorded. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "templates.list": {
+        parameters: {
+            query?: {
+                /** @description `next_cursor` of the previous page (opaque). */
+                cursor?: string;
+                /** @description 1–100, default 50. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TemplateList`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateList"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "templates.preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `PreviewOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreviewOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "template-settings.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `TemplateSettings`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateSettings"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "template-settings.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateSettings"];
+            };
+        };
+        responses: {
+            /** @description OK: a `TemplateSettings`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateSettings"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "event-types.delivery.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                event_type: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `DeliveryRulesIn`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryRulesIn"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflicts with a request still in flight; see Retry-After. */
+            409: {
+                headers: {
+                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "event-types.delivery.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                event_type: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeliveryRulesIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `DeliveryRulesIn`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryRulesIn"];
                 };
             };
             /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */

@@ -11,9 +11,9 @@
 
 use serde_json::{json, Value};
 use tidings_core::{
-    advance, classify, decide, stable_lock_key, unread_count, Channel, FanoutThresholds,
-    NextAttempt, NotificationKey, Position, Rates, ReadSet, RetrySchedule, SendKind, Strategy,
-    Watermarks,
+    advance, classify, decide, resolve, stable_lock_key, unread_count, Category, Channel,
+    FanoutThresholds, NextAttempt, NotificationKey, Position, Rates, ReadSet, RetrySchedule, Rule,
+    Scope, SendKind, Setting, Strategy, Target, Watermarks,
 };
 
 pub fn case(op: &str, input: Value) -> Value {
@@ -183,8 +183,74 @@ pub fn run(op: &str, input: &Value) -> Result<Value, String> {
                 NextAttempt::GiveUp => Value::Null,
             })
         }
+        "resolve_preference" => resolve_preference(input),
         other => panic!("unknown op {other}"),
     }
+}
+
+fn rules(v: &Value) -> Result<Vec<Rule>, String> {
+    let s = |e: &dyn std::fmt::Display| e.to_string();
+    v.as_array()
+        .unwrap_or_else(|| panic!("rules are not an array: {v}"))
+        .iter()
+        .map(|r| {
+            let scope: Scope = text(r, "scope").parse().map_err(|e| s(&e))?;
+            let channel = match text(r, "channel") {
+                "*" => None,
+                c => Some(c.parse::<Channel>().map_err(|e| s(&e))?),
+            };
+            let setting: Setting = text(r, "setting").parse().map_err(|e| s(&e))?;
+            let locked = r.get("locked").and_then(Value::as_bool).unwrap_or(false);
+            Rule::new(
+                scope,
+                r.get("key").and_then(Value::as_str),
+                channel,
+                setting,
+                locked,
+            )
+            .map_err(|e| s(&e))
+        })
+        .collect()
+}
+
+/// Input: `event_type` (or null), `channel`, `category` (null or `{key,
+/// critical, defaults: {channel: setting}}`),
+/// `user` and `tenant` rules (`{scope, key?, channel, setting, locked?}`).
+fn resolve_preference(input: &Value) -> Result<Value, String> {
+    let s = |e: &dyn std::fmt::Display| e.to_string();
+    let channel: Channel = text(input, "channel").parse().map_err(|e| s(&e))?;
+    let category = match field(input, "category") {
+        Value::Null => None,
+        c => {
+            let mut category = Category {
+                key: text(c, "key").to_owned(),
+                critical: field(c, "critical")
+                    .as_bool()
+                    .unwrap_or_else(|| panic!("critical")),
+                ..Category::default()
+            };
+            let default = match field(c, "defaults").get(channel.as_str()) {
+                None => None,
+                Some(d) => Some(
+                    d.as_str()
+                        .unwrap_or_else(|| panic!("default"))
+                        .parse::<Setting>()
+                        .map_err(|e| s(&e))?,
+                ),
+            };
+            category.set_default(channel, default);
+            Some(category)
+        }
+    };
+    let user = rules(field(input, "user"))?;
+    let tenant = rules(field(input, "tenant"))?;
+    let target = Target {
+        event_type: field(input, "event_type").as_str(),
+        category: category.as_ref(),
+        channel,
+    };
+    let r = resolve(&target, &user, &tenant);
+    Ok(json!({ "setting": r.setting.as_str(), "level": r.level.as_str() }))
 }
 
 pub fn schedule_json(s: &RetrySchedule) -> Value {

@@ -12,10 +12,10 @@ use tidings_core::{Channel, EntityId, EventType, UserId};
 
 use super::submit::{entity_lock_key, fan_out, rows_per_recipient, FanoutLimits, FanoutTarget};
 use crate::{
+    app::shutdown::Shutdown,
+    app::state::AppState,
+    db::listen,
     db::PrimaryPool,
-    listen,
-    shutdown::Shutdown,
-    state::AppState,
     store::{
         alerts as alert_store, horizon as horizon_store, notify::NotifyChannel, teams as team_store,
     },
@@ -34,7 +34,7 @@ const EXPANSION_TENANTS_PER_CLAIM: i64 = 8;
 /// and a batch writes at most `limits.batch_deliveries` delivery rows.
 ///
 /// A batch writes in-app feed items, so its transaction takes the tenant's
-/// feed lock before it has a transaction id (`crate::horizon`); claiming a job
+/// feed lock before it has a transaction id (`crate::feed::horizon`); claiming a job
 /// locks its row and so takes an id. Hence the tenants whose turn it is
 /// are looked up first, without locking, their feed locks taken, and only a
 /// job of one of those tenants claimed.
@@ -77,6 +77,8 @@ pub async fn expand_next_batch(pool: &PrimaryPool, limits: &FanoutLimits) -> sql
             .map(|r| UserId::parse(r.as_str()).map_err(invalid))
             .collect::<Result<_, _>>()?,
     };
+    let category =
+        super::preferences::category_of_stored_alert(&mut tx, job.tenant_id, job.alert_id).await?;
     let target = FanoutTarget {
         tenant: job.tenant_id,
         alert_id: job.alert_id,
@@ -85,6 +87,8 @@ pub async fn expand_next_batch(pool: &PrimaryPool, limits: &FanoutLimits) -> sql
         subject: job.subject.as_deref(),
         payload: &job.payload,
         channels: &channels,
+        category: category.as_ref(),
+        rules: super::delivery::rules_of_stored_alert(&mut tx, job.tenant_id, job.alert_id).await?,
     };
     fan_out(&mut tx, &target, &members).await?;
     let done = (members.len() as i64) < batch;

@@ -8,14 +8,22 @@
 //! - [`submit`]: the transaction around a plan, for both front doors (HTTP
 //!   with its Idempotency-Key, and the NATS inbox).
 //! - [`expansion`]: large teams, expanded in background batches.
+//! - [`delivery`]: delivery rules (a channel delayed until the in-app item
+//!   is read), per alert and per event type.
 //!
 //! The walk from a request to its rows is in ARCHITECTURE.md ("Where to
 //! change what an alert writes").
 
+pub mod idempotency;
+pub mod payload;
+
+pub mod delivery;
 pub mod expansion;
 pub mod plan;
+pub mod preferences;
 pub mod request;
 pub mod submit;
+pub mod templates;
 
 use uuid::Uuid;
 
@@ -27,7 +35,7 @@ pub use submit::{
 
 use crate::{
     db::PrimaryPool,
-    paging::{AlertDeliveryKey, Page, PageRequest},
+    store::paging::{AlertDeliveryKey, Page, PageRequest},
     store::{
         alerts::{self as alert_store, AlertRow},
         deliveries::{self as delivery_store, DeliveryRow},

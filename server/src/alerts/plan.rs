@@ -11,15 +11,42 @@
 //! another status), change [`plan_fanout`] and its table test below; the
 //! statements that write a plan are in `submit::fan_out`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use tidings_core::{Channel, EntityId, EventType, KeyError, NotificationKey, UserId};
+use tidings_core::{
+    Channel, EntityId, EventType, KeyError, Level, NotificationKey, Resolution, Setting, UserId,
+};
 use uuid::Uuid;
 
-use crate::deliveries::DeliveryStatus;
+use crate::{
+    alerts::delivery::{ChannelRule, DeliveryRules},
+    deliveries::DeliveryStatus,
+};
 
 pub const NO_EMAIL: &str = "recipient has no email address";
 pub const NO_ENDPOINT: &str = "no webhook endpoint is subscribed to this event type";
+
+/// The recipients' resolved preference settings, per (recipient, channel):
+/// only those that are not `on` need be present
+/// (`alerts::preferences::settings_for_fanout`).
+pub type Settings = HashMap<(UserId, Channel), Resolution>;
+
+/// The skip reason of a delivery a preference turned off, naming the level
+/// that decided, so `GET /v1/alerts/{id}` says why nothing was sent.
+pub fn preference_reason(level: Level) -> &'static str {
+    match level {
+        Level::Locked => "preference: off by a locked tenant default",
+        Level::UserEventType => "preference: off by the recipient's setting for this event type",
+        Level::UserCategory => "preference: off by the recipient's setting for this category",
+        Level::UserGlobal => "preference: off by the recipient's global setting",
+        Level::TenantEventType => "preference: off by the tenant default for this event type",
+        Level::TenantCategory => "preference: off by the tenant default for this category",
+        Level::TenantGlobal => "preference: off by the tenant's global default",
+        Level::CategoryDefault => "preference: off by the category's default",
+        // Neither turns a channel off (critical is `on`, so is the fallback).
+        Level::Critical | Level::Fallback => "preference",
+    }
+}
 
 /// One notification an alert asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +65,8 @@ pub enum NotificationStatus {
     Created,
     /// The key existed already: nothing written (invariant 4).
     Duplicate,
-    /// New, but nothing to deliver (no email address, no webhook endpoint).
+    /// New, but nothing to deliver (no email address, no webhook endpoint,
+    /// or the recipient's preferences turned the channel off).
     Skipped,
 }
 
@@ -52,6 +80,10 @@ pub struct PlannedDelivery {
     pub status: DeliveryStatus,
     /// Why a `skipped` delivery is skipped.
     pub reason: Option<&'static str>,
+    /// A `pending` delivery that waits: due after the delay, sent only if
+    /// the recipient's in-app item of this alert is not read (or seen) by
+    /// then (`deliveries::fallback`).
+    pub wait: Option<ChannelRule>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,16 +155,26 @@ pub fn new_recipients_on(
 
 /// Decides the rows of a fan-out. `new_keys`: the keys the database just
 /// inserted; `with_email`: the new email recipients that have an address;
-/// `endpoints`: the webhook endpoints subscribed to the event type.
+/// `endpoints`: the webhook endpoints subscribed to the event type;
+/// `settings`: the recipients' preferences that are not `on`.
 ///
+/// - a channel the recipient's preferences turned `off`: one `skipped`
+///   delivery whose reason names the deciding level, and nothing else (no
+///   feed item, no email). The notification's key is written all the same,
+///   so a retry of the alert after an opt-out stays a duplicate;
 /// - in-app: a delivery written `sent` and a feed item, in this transaction;
 /// - email: `pending`, or `skipped` without an address;
-/// - webhook: one `pending` delivery per endpoint, or `skipped` without one.
+/// - webhook: one `pending` delivery per endpoint, or `skipped` without one;
+/// - a `pending` email or webhook delivery whose channel has a rule in
+///   `rules` waits (`PlannedDelivery::wait`); the caller applies no rules for
+///   a critical category, which never waits.
 pub fn plan_fanout(
     notifications: &[Notification],
     new_keys: &HashSet<String>,
     with_email: &HashSet<UserId>,
     endpoints: &[Uuid],
+    settings: &Settings,
+    rules: &DeliveryRules,
 ) -> Plan {
     let mut plan = Plan {
         statuses: vec![NotificationStatus::Duplicate; notifications.len()],
@@ -152,8 +194,29 @@ pub fn plan_fanout(
             endpoint_id,
             status,
             reason,
+            wait: if status == DeliveryStatus::Pending {
+                rules.for_channel(n.channel)
+            } else {
+                None
+            },
+        };
+        let off = if settings.is_empty() {
+            None
+        } else {
+            settings
+                .get(&(n.recipient_id.clone(), n.channel))
+                .filter(|r| r.setting == Setting::Off)
         };
         let status = match n.channel {
+            _ if off.is_some() => {
+                let level = off.map_or(Level::Fallback, |r| r.level);
+                plan.deliveries.push(delivery(
+                    None,
+                    DeliveryStatus::Skipped,
+                    Some(preference_reason(level)),
+                ));
+                NotificationStatus::Skipped
+            }
             Channel::InApp => {
                 // Delivered by this transaction: the feed item commits with it.
                 plan.deliveries
@@ -225,6 +288,8 @@ mod tests {
         duplicates: &'static [(&'static str, Channel)],
         with_email: &'static [&'static str],
         endpoints: usize,
+        /// (recipient, channel) turned off by preferences, and by what.
+        off: &'static [(&'static str, Channel, Level)],
         statuses: &'static [NotificationStatus],
         rows: &'static [Row],
         inbox: &'static [&'static str],
@@ -242,6 +307,7 @@ mod tests {
             duplicates: &[],
             with_email: &[],
             endpoints: 0,
+            off: &[],
             statuses: &[Created, Created],
             rows: &[("ann", InApp, None, Sent), ("bob", InApp, None, Sent)],
             inbox: &["ann", "bob"],
@@ -254,6 +320,7 @@ mod tests {
             duplicates: &[],
             with_email: &["ann"],
             endpoints: 0,
+            off: &[],
             statuses: &[Created, Skipped],
             rows: &[
                 ("ann", Email, None, Pending),
@@ -269,6 +336,7 @@ mod tests {
             duplicates: &[],
             with_email: &[],
             endpoints: 2,
+            off: &[],
             statuses: &[Created],
             rows: &[
                 ("ann", Webhook, Some(0), Pending),
@@ -284,6 +352,7 @@ mod tests {
             duplicates: &[],
             with_email: &[],
             endpoints: 0,
+            off: &[],
             statuses: &[Skipped],
             rows: &[("ann", Webhook, None, SkippedRow)],
             inbox: &[],
@@ -296,6 +365,7 @@ mod tests {
             duplicates: &[("ann", InApp), ("ann", Email), ("bob", Email)],
             with_email: &["ann", "bob"],
             endpoints: 1,
+            off: &[],
             statuses: &[Duplicate, Duplicate, Created, Duplicate],
             rows: &[("bob", InApp, None, Sent)],
             inbox: &["bob"],
@@ -308,7 +378,59 @@ mod tests {
             duplicates: &[("ann", InApp), ("ann", Email), ("ann", Webhook)],
             with_email: &["ann"],
             endpoints: 1,
+            off: &[],
             statuses: &[Duplicate, Duplicate, Duplicate],
+            rows: &[],
+            inbox: &[],
+            wake: false,
+        },
+        Case {
+            name: "a channel turned off is skipped, the others of the same recipient are not",
+            recipients: &["ann", "bob"],
+            channels: &[InApp, Email],
+            duplicates: &[],
+            with_email: &["ann", "bob"],
+            endpoints: 0,
+            off: &[("ann", Email, Level::UserCategory)],
+            statuses: &[Created, Skipped, Created, Created],
+            rows: &[
+                ("ann", InApp, None, Sent),
+                ("ann", Email, None, SkippedRow),
+                ("bob", InApp, None, Sent),
+                ("bob", Email, None, Pending),
+            ],
+            inbox: &["ann", "bob"],
+            wake: true,
+        },
+        Case {
+            name: "in-app turned off writes no feed item; webhook off writes one skipped row",
+            recipients: &["ann"],
+            channels: &[InApp, Webhook],
+            duplicates: &[],
+            with_email: &[],
+            endpoints: 2,
+            off: &[
+                ("ann", InApp, Level::Locked),
+                ("ann", Webhook, Level::TenantGlobal),
+            ],
+            statuses: &[Skipped, Skipped],
+            rows: &[
+                ("ann", InApp, None, SkippedRow),
+                ("ann", Webhook, None, SkippedRow),
+            ],
+            inbox: &[],
+            wake: false,
+        },
+        Case {
+            name:
+                "a duplicate stays a duplicate after an opt-out: nothing is resurrected or skipped",
+            recipients: &["ann"],
+            channels: &[Email],
+            duplicates: &[("ann", Email)],
+            with_email: &["ann"],
+            endpoints: 0,
+            off: &[("ann", Email, Level::UserGlobal)],
+            statuses: &[Duplicate],
             rows: &[],
             inbox: &[],
             wake: false,
@@ -332,7 +454,30 @@ mod tests {
                 .collect();
             let with_email: HashSet<UserId> = case.with_email.iter().map(|r| user(r)).collect();
             let endpoints = &endpoint_ids[..case.endpoints];
-            let plan = plan_fanout(&notes, &new_keys, &with_email, endpoints);
+            let settings: Settings = case
+                .off
+                .iter()
+                .map(|&(r, c, level)| {
+                    let off = Resolution {
+                        setting: Setting::Off,
+                        level,
+                    };
+                    ((user(r), c), off)
+                })
+                .collect();
+            let plan = plan_fanout(
+                &notes,
+                &new_keys,
+                &with_email,
+                endpoints,
+                &settings,
+                &DeliveryRules::default(),
+            );
+            assert!(
+                plan.deliveries.iter().all(|d| d.wait.is_none()),
+                "{}",
+                case.name
+            );
 
             assert_eq!(plan.statuses, case.statuses, "{}", case.name);
             let mut rows: Vec<(String, Channel, Option<Uuid>, DeliveryStatus)> = plan
@@ -356,9 +501,14 @@ mod tests {
             expected.sort();
             assert_eq!(rows, expected, "{}", case.name);
             for d in &plan.deliveries {
-                let want = match (d.channel, d.status) {
-                    (Email, SkippedRow) => Some(NO_EMAIL),
-                    (Webhook, SkippedRow) => Some(NO_ENDPOINT),
+                let turned_off = case
+                    .off
+                    .iter()
+                    .find(|(r, c, _)| d.recipient_id.as_str() == *r && d.channel == *c);
+                let want = match (d.channel, d.status, turned_off) {
+                    (_, SkippedRow, Some(&(_, _, level))) => Some(preference_reason(level)),
+                    (Email, SkippedRow, None) => Some(NO_EMAIL),
+                    (Webhook, SkippedRow, None) => Some(NO_ENDPOINT),
                     _ => None,
                 };
                 assert_eq!(d.reason, want, "{}", case.name);
@@ -379,7 +529,14 @@ mod tests {
         let notes = notes(&["zed", "ann", "kim"], &[InApp, Email]);
         let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
         let everyone: HashSet<UserId> = ["zed", "ann", "kim"].iter().map(|r| user(r)).collect();
-        let plan = plan_fanout(&notes, &new_keys, &everyone, &[]);
+        let plan = plan_fanout(
+            &notes,
+            &new_keys,
+            &everyone,
+            &[],
+            &Settings::new(),
+            &DeliveryRules::default(),
+        );
         let rows: Vec<(String, &str)> = plan
             .deliveries
             .iter()
@@ -412,5 +569,52 @@ mod tests {
         assert_eq!(notes[1].readable_key, key.readable());
         let unique: HashSet<&String> = notes.iter().map(|n| &n.key).collect();
         assert_eq!(unique.len(), 4);
+    }
+
+    #[test]
+    fn only_pending_deliveries_of_a_channel_with_a_rule_wait() {
+        let notes = notes(&["ann", "bob"], &[InApp, Email, Webhook]);
+        let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
+        let with_email: HashSet<UserId> = [user("ann")].into_iter().collect();
+        let rule = ChannelRule {
+            delay_secs: 900,
+            unless: tidings_core::Unless::Read,
+        };
+        let rules = DeliveryRules {
+            email: Some(rule),
+            webhook: None,
+        };
+        let endpoint = Uuid::from_u128(7);
+        let plan = plan_fanout(
+            &notes,
+            &new_keys,
+            &with_email,
+            &[endpoint],
+            &Settings::new(),
+            &rules,
+        );
+        let waiting: Vec<(String, Channel, DeliveryStatus, bool)> = plan
+            .deliveries
+            .iter()
+            .map(|d| {
+                (
+                    d.recipient_id.to_string(),
+                    d.channel,
+                    d.status,
+                    d.wait == Some(rule),
+                )
+            })
+            .collect();
+        assert_eq!(
+            waiting,
+            vec![
+                ("ann".into(), Email, Pending, true),
+                ("ann".into(), InApp, Sent, false),
+                ("ann".into(), Webhook, Pending, false),
+                ("bob".into(), Email, SkippedRow, false),
+                ("bob".into(), InApp, Sent, false),
+                ("bob".into(), Webhook, Pending, false),
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use tidings_core::{Channel, EntityId, EventType, KeyError, TeamId, UserId};
 
-use crate::payload::Payload;
+use crate::alerts::{delivery::DeliveryRules, payload::Payload};
 
 pub const MAX_RECIPIENTS: usize = 1000;
 pub const MAX_SUBJECT_BYTES: usize = 1000;
@@ -19,6 +19,12 @@ pub struct InvalidAlert(String);
 impl From<KeyError> for InvalidAlert {
     fn from(err: KeyError) -> Self {
         InvalidAlert(err.to_string())
+    }
+}
+
+impl From<crate::alerts::delivery::InvalidRules> for InvalidAlert {
+    fn from(err: crate::alerts::delivery::InvalidRules) -> Self {
+        InvalidAlert(err.0)
     }
 }
 
@@ -44,9 +50,47 @@ pub struct AlertRequest {
     /// Email subject and in-app title: at most 1,000 bytes, no control characters.
     pub subject: Option<String>,
     pub payload: Payload,
+    /// The category the alert names (an id like the others); `None`: its
+    /// event type's, if it has one (`alerts::preferences`).
+    pub category: Option<String>,
+    /// The alert's own delivery rules; a channel without one takes its event
+    /// type's default (`alerts::delivery`).
+    pub delivery: DeliveryRules,
 }
 
 impl AlertRequest {
+    /// The request, naming `category` when given.
+    pub fn with_category(mut self, category: Option<String>) -> Result<Self, InvalidAlert> {
+        if let Some(key) = &category {
+            tidings_core::validate_id("category", key)?;
+        }
+        self.category = category;
+        Ok(self)
+    }
+
+    /// The request with its own delivery rules. A rule is for a channel the
+    /// alert has, and waits on the in-app item, so the alert must have
+    /// `in_app` too.
+    pub fn with_delivery(mut self, rules: DeliveryRules) -> Result<Self, InvalidAlert> {
+        for channel in [Channel::Email, Channel::Webhook] {
+            if rules.for_channel(channel).is_none() {
+                continue;
+            }
+            if !self.channels.contains(&channel) {
+                return Err(invalid(format!(
+                    "delivery.{channel} is given but {channel} is not one of the channels"
+                )));
+            }
+            if !self.channels.contains(&Channel::InApp) {
+                return Err(invalid(format!(
+                    "delivery.{channel} waits on the in-app item: channels must include in_app"
+                )));
+            }
+        }
+        self.delivery = rules;
+        Ok(self)
+    }
+
     /// Checks the fields of a request as it arrived (the HTTP body or a NATS
     /// message), in this order, and reports the first problem.
     pub fn parse(
@@ -104,6 +148,8 @@ impl AlertRequest {
             channels,
             subject,
             payload,
+            category: None,
+            delivery: DeliveryRules::default(),
         })
     }
 
@@ -127,7 +173,7 @@ fn dedup<T: Clone + Eq + std::hash::Hash>(items: Vec<T>) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payload::MAX_PAYLOAD_BYTES;
+    use crate::alerts::payload::MAX_PAYLOAD_BYTES;
     use serde_json::json;
 
     struct Fields {

@@ -7,7 +7,7 @@
 //! nothing and answers with the alert that first created those keys; a
 //! partial replay creates a new alert holding only the new keys.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{PgConnection, Postgres, Transaction};
 use tidings_core::{
@@ -16,15 +16,21 @@ use tidings_core::{
 };
 use uuid::Uuid;
 
+use crate::deliveries::status::DeliveryStatus;
+
 use super::{
+    delivery::{self, DeliveryRules},
     plan::{self, NotificationStatus},
+    preferences::{self, PreferencesError},
     request::{AlertRequest, Audience},
 };
 use crate::{
-    config::AlertsConfig,
+    alerts::idempotency::{
+        self, Begin, IdempotencyError, IdempotencyRequest, Lease, SavedResponse,
+    },
+    app::config::AlertsConfig,
     db::PrimaryPool,
-    horizon,
-    idempotency::{self, Begin, IdempotencyError, IdempotencyRequest, Lease, SavedResponse},
+    feed::horizon,
     store::{
         self, alerts as alert_store, deliveries as delivery_store,
         inbox::{self, InboxOutcome},
@@ -71,6 +77,10 @@ pub(super) struct FanoutTarget<'a> {
     pub subject: Option<&'a str>,
     pub payload: &'a serde_json::Value,
     pub channels: &'a [Channel],
+    /// The category the alert is sent under: its preferences apply.
+    pub category: Option<&'a tidings_core::Category>,
+    /// The delivery rules the alert was accepted with (`alerts::delivery`).
+    pub rules: DeliveryRules,
 }
 
 /// Writes notifications for `recipients` × channels and, for the new ones
@@ -154,7 +164,29 @@ pub(super) async fn fan_out(
             .await?
         };
 
-    let plan = plan::plan_fanout(&notifications, &new_keys, &with_email, &endpoints);
+    let mut new_recipients: Vec<UserId> = notifications
+        .iter()
+        .filter(|n| new_keys.contains(&n.key))
+        .map(|n| n.recipient_id.clone())
+        .collect();
+    new_recipients.dedup();
+    let settings = preferences::settings_for_fanout(
+        &mut *conn,
+        target.tenant,
+        target.event_type,
+        target.category,
+        &new_recipients,
+        target.channels,
+    )
+    .await?;
+    let plan = plan::plan_fanout(
+        &notifications,
+        &new_keys,
+        &with_email,
+        &endpoints,
+        &settings,
+        &target.rules,
+    );
     let mut deliveries = delivery_store::DeliveryColumns::default();
     for d in &plan.deliveries {
         deliveries.push(
@@ -166,8 +198,23 @@ pub(super) async fn fan_out(
             d.reason,
         );
     }
-    delivery_store::insert_deliveries(&mut *conn, target.tenant, target.alert_id, &deliveries)
-        .await?;
+    // The email template published now is the one these emails are
+    // rendered with, whatever is published when they are sent.
+    let email_template = if plan
+        .deliveries
+        .iter()
+        .any(|d| d.channel == Channel::Email && d.status == DeliveryStatus::Pending)
+    {
+        crate::alerts::templates::published_version_id(
+            &mut *conn,
+            target.tenant,
+            target.event_type,
+            Channel::Email,
+        )
+        .await?
+    } else {
+        None
+    };
     let (inbox_recipients, inbox_keys): (Vec<String>, Vec<String>) = plan
         .inbox_items
         .iter()
@@ -180,14 +227,74 @@ pub(super) async fn fan_out(
         subject: target.subject,
         payload: target.payload,
     };
-    alert_store::insert_inbox_items(
-        &mut *conn,
-        target.tenant,
-        &common,
-        &inbox_recipients,
-        &inbox_keys,
-    )
-    .await?;
+    if plan.deliveries.iter().any(|d| d.wait.is_some()) {
+        // Delayed deliveries follow the in-app item's position, so the items
+        // are written first.
+        let positions: HashMap<String, (i64, i64)> =
+            alert_store::insert_inbox_items_returning_positions(
+                &mut *conn,
+                target.tenant,
+                &common,
+                &inbox_recipients,
+                &inbox_keys,
+            )
+            .await?
+            .into_iter()
+            .map(|(recipient, tx, id)| (recipient, (tx, id)))
+            .collect();
+        let mut waits = delivery_store::WaitColumns::default();
+        for d in &plan.deliveries {
+            let item = d
+                .wait
+                .and_then(|_| positions.get(d.recipient_id.as_str()).copied());
+            waits.delay_secs.push(
+                d.wait
+                    .map(|w| i32::try_from(w.delay_secs).unwrap_or(i32::MAX)),
+            );
+            waits.unless.push(d.wait.map(|w| w.unless.as_str()));
+            waits.item_tx.push(item.map(|(tx, _)| tx));
+            waits.item_id.push(item.map(|(_, id)| id));
+        }
+        delivery_store::insert_waiting_deliveries(
+            &mut *conn,
+            target.tenant,
+            target.alert_id,
+            &deliveries,
+            &waits,
+            email_template,
+        )
+        .await?;
+    } else {
+        match email_template {
+            None => {
+                delivery_store::insert_deliveries(
+                    &mut *conn,
+                    target.tenant,
+                    target.alert_id,
+                    &deliveries,
+                )
+                .await?
+            }
+            Some(version) => {
+                delivery_store::insert_deliveries_with_email_template(
+                    &mut *conn,
+                    target.tenant,
+                    target.alert_id,
+                    &deliveries,
+                    version,
+                )
+                .await?
+            }
+        };
+        alert_store::insert_inbox_items(
+            &mut *conn,
+            target.tenant,
+            &common,
+            &inbox_recipients,
+            &inbox_keys,
+        )
+        .await?;
+    }
     if plan.wake_outbox {
         delivery_store::notify_outbox(&mut *conn, target.tenant).await?;
     }
@@ -280,8 +387,21 @@ pub enum CreateError {
     /// was written.
     #[error("{}", too_large(*rows, *max))]
     TooLarge { rows: u64, max: u64 },
+    /// The alert names a category the tenant does not have; nothing was
+    /// written.
+    #[error("{0}")]
+    UnknownCategory(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+impl From<PreferencesError> for CreateError {
+    fn from(err: PreferencesError) -> Self {
+        match err {
+            PreferencesError::Db(db) => CreateError::Db(db),
+            other => CreateError::UnknownCategory(other.to_string()),
+        }
+    }
 }
 
 /// Creates one alert inside the caller's transaction (commit is the caller's),
@@ -307,6 +427,23 @@ pub(super) async fn create_alert(
             CreateError::Db(err)
         }
     })?;
+    let category = preferences::category_for_alert(
+        &mut *conn,
+        tenant,
+        alert.category.as_deref(),
+        &alert.event_type,
+    )
+    .await?;
+    let rules = delivery::rules_for_alert(
+        &mut *conn,
+        tenant,
+        &alert.event_type,
+        alert.delivery,
+        &alert.channels,
+        category.as_ref(),
+    )
+    .await?;
+    let stored_rules = (!rules.is_empty()).then(|| rules.to_json());
     let alert_id = Uuid::now_v7();
     let channel_names: Vec<&str> = alert.channels.iter().map(|c| c.as_str()).collect();
     let row = alert_store::NewAlertRow {
@@ -317,6 +454,8 @@ pub(super) async fn create_alert(
         payload: alert.payload.as_json(),
         channels: &channel_names,
         team_id: alert.team().map(TeamId::as_str),
+        category: category.as_ref().map(|c| c.key.as_str()),
+        delivery: stored_rules.as_ref(),
     };
     // Sized before anything is written: an alert past the cap stores nothing,
     // and one past the inline bound is handed to the background batches.
@@ -388,6 +527,8 @@ pub(super) async fn create_alert(
         subject: alert.subject.as_deref(),
         payload: alert.payload.as_json(),
         channels: &alert.channels,
+        category: category.as_ref(),
+        rules,
     };
     let mut created = AlertCreated {
         alert_id,
@@ -429,6 +570,10 @@ pub enum SubmitError {
     /// See [`CreateError::TooLarge`]; the Idempotency-Key's lease was released.
     #[error("{}", too_large(*rows, *max))]
     TooLarge { rows: u64, max: u64 },
+    /// See [`CreateError::UnknownCategory`]; the Idempotency-Key's lease was
+    /// released.
+    #[error("{0}")]
+    UnknownCategory(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -438,6 +583,7 @@ impl From<CreateError> for SubmitError {
         match err {
             CreateError::EntityBusy(_) => SubmitError::EntityBusy,
             CreateError::TooLarge { rows, max } => SubmitError::TooLarge { rows, max },
+            CreateError::UnknownCategory(detail) => SubmitError::UnknownCategory(detail),
             CreateError::Db(db) => SubmitError::Db(db),
         }
     }
@@ -496,7 +642,7 @@ impl PendingAlert {
 /// `POST /v1/alerts`: with an Idempotency-Key, an identical earlier request's
 /// saved response is returned instead; otherwise the alert is written in a
 /// transaction the caller commits (see [`PendingAlert`]), so the alert and the
-/// saved response commit together (`crate::idempotency`).
+/// saved response commit together (`crate::alerts::idempotency`).
 pub async fn submit(
     pool: &PrimaryPool,
     config: &AlertsConfig,
@@ -568,9 +714,9 @@ pub async fn submit_from_inbox(
     // as rejected, as an invalid message is.
     let created = match create_alert(&mut tx, tenant, alert, limits).await {
         Ok(created) => created,
-        Err(too_large @ CreateError::TooLarge { .. }) => {
+        Err(refused @ (CreateError::TooLarge { .. } | CreateError::UnknownCategory(_))) => {
             drop(tx);
-            return reject_inbox_message(pool, tenant, message_id, &too_large.to_string()).await;
+            return reject_inbox_message(pool, tenant, message_id, &refused.to_string()).await;
         }
         Err(CreateError::EntityBusy(db) | CreateError::Db(db)) => return Err(db),
     };

@@ -1,6 +1,9 @@
 //! The deliveries service: the outbox as operators see it — deliveries listed
 //! by status, and the re-queue of one that failed. The workers that drain the
-//! outbox are `crate::outbox`; the SQL is `store::deliveries`.
+//! outbox are `crate::workers::outbox`; the SQL is `store::deliveries`.
+
+pub mod fallback;
+pub mod webhook_endpoints;
 
 pub mod status;
 
@@ -10,8 +13,8 @@ pub use self::status::DeliveryStatus;
 pub use crate::store::deliveries::DeliveryRow;
 use crate::{
     db::PrimaryPool,
-    paging::{Page, PageRequest},
     store::deliveries as store,
+    store::paging::{Page, PageRequest},
 };
 
 pub const DEFAULT_LIMIT: u32 = 50;

@@ -114,6 +114,37 @@ pub async fn insert_inbox_items(
     Ok(())
 }
 
+/// [`insert_inbox_items`], answering each item's recipient and feed
+/// position, for the delayed deliveries that follow them.
+pub async fn insert_inbox_items_returning_positions(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    common: &InboxItemCommon<'_>,
+    recipients: &[String],
+    keys: &[String],
+) -> sqlx::Result<Vec<(String, i64, i64)>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "INSERT INTO inbox_items
+             (tenant_id, recipient_id, notification_key, alert_id, type, entity_id, subject, payload)
+         SELECT $1, r, k, $2, $3, $4, $5, $6
+           FROM unnest($7::text[], $8::text[]) AS t(r, k)
+         RETURNING recipient_id, tx, id",
+    )
+    .bind(tenant)
+    .bind(common.alert_id)
+    .bind(common.event_type)
+    .bind(common.entity_id)
+    .bind(common.subject)
+    .bind(common.payload)
+    .bind(recipients)
+    .bind(keys)
+    .fetch_all(db)
+    .await
+}
+
 /// Wakes the team expansion workers when the surrounding transaction commits.
 pub async fn notify_expansion(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
     notify(db, NotifyChannel::Expansion, &tenant.to_string()).await
@@ -127,27 +158,51 @@ pub struct NewAlertRow<'a> {
     pub payload: &'a serde_json::Value,
     pub channels: &'a [&'a str],
     pub team_id: Option<&'a str>,
+    /// The category the alert is sent under (migration 0024).
+    pub category: Option<&'a str>,
+    /// The alert's own delivery rules (migration 0026), as stored.
+    pub delivery: Option<&'a serde_json::Value>,
 }
 
+/// Writes the alert row. Without a category or delivery rules, the statement
+/// names neither column, so it also runs on a schema before migration 0024.
 pub async fn insert_alert(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
     alert: &NewAlertRow<'_>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(tenant)
-    .bind(alert.id)
-    .bind(alert.event_type)
-    .bind(alert.entity_id)
-    .bind(alert.subject)
-    .bind(alert.payload)
-    .bind(alert.channels)
-    .bind(alert.team_id)
-    .execute(db)
-    .await?;
+    let sql = match (alert.category, alert.delivery) {
+        (_, Some(_)) => {
+            "INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id,
+                                 category, delivery)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        }
+        (None, None) => {
+            "INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        }
+        (Some(_), None) => {
+            "INSERT INTO alerts (tenant_id, id, event_type, entity_id, subject, payload, channels, team_id,
+                                 category)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        }
+    };
+    let mut query = sqlx::query(sql)
+        .bind(tenant)
+        .bind(alert.id)
+        .bind(alert.event_type)
+        .bind(alert.entity_id)
+        .bind(alert.subject)
+        .bind(alert.payload)
+        .bind(alert.channels)
+        .bind(alert.team_id);
+    if alert.category.is_some() || alert.delivery.is_some() {
+        query = query.bind(alert.category);
+    }
+    if let Some(delivery) = alert.delivery {
+        query = query.bind(delivery);
+    }
+    query.execute(db).await?;
     Ok(())
 }
 

@@ -5,13 +5,17 @@
 //! every reader of sent deliveries here reads both tables. In-app deliveries,
 //! written `sent`, stay in `deliveries`.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 use tidings_core::Channel;
 use uuid::Uuid;
 
 use super::notify::{notify, NotifyChannel};
-use crate::deliveries::status::DeliveryStatus;
+use crate::deliveries::status::{
+    DeliveryStatus, QUEUED_SQL, SENDING_SQL, SENT_SQL, UNFINISHED_SQL,
+};
 
 /// Column-wise rows for `insert_deliveries`.
 #[derive(Debug, Default)]
@@ -51,6 +55,7 @@ impl DeliveryColumns {
 /// one-per-key guarantee (invariant 4), so there is nothing to conflict with
 /// (and a speculative insertion would cost each row a second WAL record).
 /// One alert's rows take consecutive ids: neighbours in every index.
+/// The statement: [`insert_deliveries_sql`].
 pub async fn insert_deliveries(
     db: impl PgExecutor<'_>,
     tenant: Uuid,
@@ -60,26 +65,136 @@ pub async fn insert_deliveries(
     if rows.keys.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
+    let done = sqlx::query(insert_deliveries_sql())
+        .bind(tenant)
+        .bind(alert_id)
+        .bind(&rows.keys)
+        .bind(&rows.recipients)
+        .bind(&rows.channels)
+        .bind(&rows.endpoint_ids)
+        .bind(&rows.statuses)
+        .bind(&rows.errors)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+static INSERT_DELIVERIES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "INSERT INTO deliveries
              (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
               last_error, sent_at)
-         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = 'sent' THEN now() END
+         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = {SENT_SQL} THEN now() END
            FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
-                AS t(k, r, c, e, s, err)",
+                AS t(k, r, c, e, s, err)"
     )
-    .bind(tenant)
-    .bind(alert_id)
-    .bind(&rows.keys)
-    .bind(&rows.recipients)
-    .bind(&rows.channels)
-    .bind(&rows.endpoint_ids)
-    .bind(&rows.statuses)
-    .bind(&rows.errors)
-    .execute(db)
-    .await?;
+});
+
+static INSERT_DELIVERIES_WITH_TEMPLATE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO deliveries
+             (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
+              last_error, sent_at, template_version_id)
+         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = {SENT_SQL} THEN now() END,
+                CASE WHEN c = 'email' THEN $9::int8 END
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[])
+                AS t(k, r, c, e, s, err)"
+    )
+});
+
+/// The statement of [`insert_deliveries`] (and of bench/sql/alert_ingest.sql).
+pub fn insert_deliveries_sql() -> &'static str {
+    &INSERT_DELIVERIES_SQL
+}
+
+/// [`insert_deliveries`] for an alert whose event type has a published email
+/// template: its email rows record `template_version` (migration 0023), the
+/// version they are rendered with when sent. A separate statement, so that
+/// alerts without a template run the one above unchanged.
+pub async fn insert_deliveries_with_email_template(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+    rows: &DeliveryColumns,
+    template_version: i64,
+) -> sqlx::Result<u64> {
+    if rows.keys.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(&INSERT_DELIVERIES_WITH_TEMPLATE_SQL)
+        .bind(tenant)
+        .bind(alert_id)
+        .bind(&rows.keys)
+        .bind(&rows.recipients)
+        .bind(&rows.channels)
+        .bind(&rows.endpoint_ids)
+        .bind(&rows.statuses)
+        .bind(&rows.errors)
+        .bind(template_version)
+        .execute(db)
+        .await?;
     Ok(done.rows_affected())
 }
+
+/// Column-wise waits of delayed deliveries, one entry per row of the
+/// [`DeliveryColumns`] they go with (NULL: the row does not wait).
+#[derive(Debug, Default)]
+pub struct WaitColumns {
+    pub delay_secs: Vec<Option<i32>>,
+    pub unless: Vec<Option<&'static str>>,
+    pub item_tx: Vec<Option<i64>>,
+    pub item_id: Vec<Option<i64>>,
+}
+
+/// [`insert_deliveries`] for a fan-out with delayed deliveries (migration
+/// 0026): a waiting row is due at the transaction's start plus its delay and
+/// records what it waits on and the position of the in-app item it follows
+/// (written by the same transaction, before it). `template_version` as in
+/// [`insert_deliveries_with_email_template`], NULL for none. A statement of
+/// its own, so that fan-outs without delays run the ones above unchanged.
+pub async fn insert_waiting_deliveries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+    rows: &DeliveryColumns,
+    waits: &WaitColumns,
+    template_version: Option<i64>,
+) -> sqlx::Result<u64> {
+    if rows.keys.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(&INSERT_WAITING_DELIVERIES_SQL)
+        .bind(tenant)
+        .bind(alert_id)
+        .bind(&rows.keys)
+        .bind(&rows.recipients)
+        .bind(&rows.channels)
+        .bind(&rows.endpoint_ids)
+        .bind(&rows.statuses)
+        .bind(&rows.errors)
+        .bind(template_version)
+        .bind(&waits.delay_secs)
+        .bind(&waits.unless)
+        .bind(&waits.item_tx)
+        .bind(&waits.item_id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+static INSERT_WAITING_DELIVERIES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO deliveries
+             (tenant_id, notification_key, alert_id, recipient_id, channel, endpoint_id, status,
+              last_error, sent_at, template_version_id, next_attempt_at, unless_mark, item_tx, item_id)
+         SELECT $1, k, $2, r, c, e, s, err, CASE WHEN s = {SENT_SQL} THEN now() END,
+                CASE WHEN c = 'email' THEN $9::int8 END,
+                now() + COALESCE(delay, 0) * interval '1 second', unless, itx, iid
+           FROM unnest($3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::text[],
+                       $10::int4[], $11::text[], $12::int8[], $13::int8[])
+                AS t(k, r, c, e, s, err, delay, unless, itx, iid)"
+    )
+});
 
 /// Wakes the outbox workers when the surrounding transaction commits.
 pub async fn notify_outbox(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {
@@ -101,6 +216,14 @@ pub struct DeliveryRow {
     pub next_attempt_at: DateTime<Utc>,
     pub sent_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// A delayed delivery's condition and item (migration 0026).
+    pub unless_mark: Option<String>,
+    pub item_tx: Option<i64>,
+    pub item_id: Option<i64>,
+    /// The watermark its last decision saw, and when it was made.
+    pub decided_mark_tx: Option<i64>,
+    pub decided_mark_id: Option<i64>,
+    pub decided_at: Option<DateTime<Utc>>,
 }
 
 /// The status a delivery has, as operators, gauges and tests read it: the
@@ -108,37 +231,43 @@ pub struct DeliveryRow {
 /// `pending` or `retrying` row `sending` (the claim writes only the lease, so
 /// that it is a HOT update: `store::outbox`, migration 0015). Rows claimed by a
 /// version before 0015 are stored as `sending` and read as they are.
-pub const STATUS_SQL: &str =
-    "CASE WHEN status IN ('pending', 'retrying') AND claimed_until > now() \
-     THEN 'sending' ELSE status END";
+pub static STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "CASE WHEN status IN {QUEUED_SQL} AND claimed_until > now() \
+         THEN {SENDING_SQL} ELSE status END"
+    )
+});
 
 /// The condition "has status `status`" (as [`STATUS_SQL`] reads it), with
 /// the stored states as literals so that the planner can match the partial
 /// indexes: `deliveries_unsent` for every state but `sent`, whose rows (the
 /// bulk of the table) are walked through the primary key.
-pub fn status_condition(status: DeliveryStatus) -> &'static str {
+pub fn status_condition(status: DeliveryStatus) -> String {
+    let literal = status.as_sql();
     match status {
-        DeliveryStatus::Sent => "status = 'sent'",
-        DeliveryStatus::Dead => "status = 'dead'",
-        DeliveryStatus::Skipped => "status = 'skipped'",
-        DeliveryStatus::Pending => {
-            "status = 'pending' AND (claimed_until IS NULL OR claimed_until <= now())"
+        DeliveryStatus::Sent | DeliveryStatus::Dead | DeliveryStatus::Skipped => {
+            format!("status = {literal}")
         }
-        DeliveryStatus::Retrying => {
-            "status = 'retrying' AND (claimed_until IS NULL OR claimed_until <= now())"
+        DeliveryStatus::Pending | DeliveryStatus::Retrying => {
+            format!("status = {literal} AND (claimed_until IS NULL OR claimed_until <= now())")
         }
         DeliveryStatus::Sending => {
-            "status IN ('pending', 'retrying', 'sending') \
-             AND (status = 'sending' OR claimed_until > now())"
+            format!("status IN {UNFINISHED_SQL} AND (status = {literal} OR claimed_until > now())")
         }
     }
 }
 
-fn delivery_columns() -> String {
+static DELIVERY_COLUMNS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "id, alert_id, recipient_id, channel, notification_key, endpoint_id, \
-         {STATUS_SQL} AS status, attempts, last_error, next_attempt_at, sent_at, created_at"
+         {status} AS status, attempts, last_error, next_attempt_at, sent_at, created_at, \
+         unless_mark, item_tx, item_id, decided_mark_tx, decided_mark_id, decided_at",
+        status = *STATUS_SQL
     )
+});
+
+fn delivery_columns() -> &'static str {
+    &DELIVERY_COLUMNS
 }
 
 /// An alert's deliveries ordered by (recipient, channel, id), after the key
@@ -198,7 +327,7 @@ pub async fn list_deliveries(
            WHERE tenant_id = $1 AND ({}) AND id > $2
            ORDER BY id LIMIT $3)",
         delivery_columns(),
-        status.map(status_condition).unwrap_or("true")
+        status.map_or_else(|| "true".to_owned(), status_condition)
     );
     let sql = match status {
         None | Some(DeliveryStatus::Sent) => format!(

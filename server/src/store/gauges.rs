@@ -1,8 +1,8 @@
-//! The queries behind the sampled gauges (`crate::gauges`): read-only, one
+//! The queries behind the sampled gauges (`crate::workers::gauges`): read-only, one
 //! statement each, no tenant (they describe the whole service).
 
 use super::deliveries::STATUS_SQL;
-use crate::deliveries::status::DeliveryStatus;
+use crate::deliveries::status::{DeliveryStatus, DEAD_SQL, UNFINISHED_SQL};
 
 /// Deliveries not yet final, per channel and status, with the age of the
 /// oldest. Reads the claim's partial index (`deliveries_claimable`), so it
@@ -17,11 +17,12 @@ pub struct BacklogRow {
 
 pub async fn read_outbox_backlog(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<Vec<BacklogRow>> {
     sqlx::query_as(&format!(
-        "SELECT channel, {STATUS_SQL} AS status, count(*) AS deliveries,
+        "SELECT channel, {status} AS status, count(*) AS deliveries,
                 extract(epoch FROM now() - min(created_at))::float8 AS oldest_secs
            FROM deliveries
-          WHERE status IN ('pending', 'retrying', 'sending')
-          GROUP BY 1, 2"
+          WHERE status IN {UNFINISHED_SQL}
+          GROUP BY 1, 2",
+        status = *STATUS_SQL
     ))
     .fetch_all(db)
     .await
@@ -31,9 +32,9 @@ pub async fn read_outbox_backlog(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<
 pub async fn count_dead_deliveries(
     db: impl sqlx::PgExecutor<'_>,
 ) -> sqlx::Result<Vec<(String, i64)>> {
-    sqlx::query_as(
-        "SELECT channel, count(*) FROM deliveries WHERE status = 'dead' GROUP BY channel",
-    )
+    sqlx::query_as(&format!(
+        "SELECT channel, count(*) FROM deliveries WHERE status = {DEAD_SQL} GROUP BY channel"
+    ))
     .fetch_all(db)
     .await
 }

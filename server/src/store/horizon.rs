@@ -60,6 +60,15 @@ pub struct FeedHorizons {
 }
 
 impl FeedHorizons {
+    /// Every tenant at `xmax`: no feed write in flight (for tests).
+    #[cfg(test)]
+    pub fn at(xmax: i64) -> Self {
+        FeedHorizons {
+            xmax,
+            held: HashMap::new(),
+        }
+    }
+
     /// The tenant's horizon: rows with `tx` below it are final.
     pub fn of(&self, tenant: Uuid) -> i64 {
         self.of_key(feed_write_lock_key(tenant))

@@ -1,5 +1,5 @@
 //! Idempotency-Key records (table `idempotency_keys`). The protocol is in
-//! `crate::idempotency`; these are its statements.
+//! `crate::alerts::idempotency`; these are its statements.
 
 use uuid::Uuid;
 

@@ -1,5 +1,5 @@
 //! NOTIFY: the channel names are defined here, once. The SQL binds them
-//! (`pg_notify($1, $2)`) and the listeners (`crate::listen`) subscribe to them.
+//! (`pg_notify($1, $2)`) and the listeners (`crate::db::listen`) subscribe to them.
 //!
 //! A notification is delivered when the sending transaction commits and not at
 //! all when it rolls back, so listeners hear of exactly what happened. It may
@@ -12,7 +12,9 @@ use uuid::Uuid;
 /// The channels the server notifies and listens on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotifyChannel {
-    /// A user's memberships changed: every instance drops its cached copy.
+    /// A user's memberships changed, or a credential (a user's tokens
+    /// revoked, a signing secret rotated): every instance drops its cached
+    /// copy, and its streams act on it.
     Cache,
     /// Deliveries became due: outbox workers claim at once instead of polling.
     Outbox,
@@ -49,6 +51,42 @@ pub async fn notify(
 
 const MEMBERSHIPS_PREFIX: &str = "memberships:";
 const MARKS_PREFIX: &str = "marks:";
+const REVOKED_PREFIX: &str = "revoked:";
+const ROTATED_PREFIX: &str = "rotated:";
+
+/// The payloads on [`NotifyChannel::Cache`] saying a credential changed:
+/// every instance forgets it from its credential caches and ends the
+/// streams it affects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsChanged {
+    /// A user's tokens issued until now were revoked.
+    UserTokensRevoked { tenant_id: Uuid, user_id: String },
+    /// A tenant's signing secret was rotated.
+    SigningSecretRotated { tenant_id: Uuid },
+}
+
+impl CredentialsChanged {
+    pub fn payload(&self) -> String {
+        match self {
+            CredentialsChanged::UserTokensRevoked { tenant_id, user_id } => {
+                user_payload(REVOKED_PREFIX, *tenant_id, user_id)
+            }
+            CredentialsChanged::SigningSecretRotated { tenant_id } => {
+                format!("{ROTATED_PREFIX}{tenant_id}")
+            }
+        }
+    }
+
+    pub fn parse(payload: &str) -> Option<Self> {
+        if let Some(tenant) = payload.strip_prefix(ROTATED_PREFIX) {
+            return Some(CredentialsChanged::SigningSecretRotated {
+                tenant_id: tenant.parse().ok()?,
+            });
+        }
+        let (tenant_id, user_id) = parse_user_payload(REVOKED_PREFIX, payload)?;
+        Some(CredentialsChanged::UserTokensRevoked { tenant_id, user_id })
+    }
+}
 
 /// The payload on [`NotifyChannel::Cache`] saying a user's teams changed. A
 /// tenant id is a UUID (no `:`), so the user id after it may contain anything.
@@ -119,6 +157,20 @@ mod tests {
         };
         assert_eq!(MarksChanged::parse(&marks.payload()), Some(marks.clone()));
         assert_eq!(MembershipsChanged::parse(&marks.payload()), None);
+        for notice in [
+            CredentialsChanged::UserTokensRevoked {
+                tenant_id,
+                user_id: "a:b".into(),
+            },
+            CredentialsChanged::SigningSecretRotated { tenant_id },
+        ] {
+            assert_eq!(
+                CredentialsChanged::parse(&notice.payload()),
+                Some(notice.clone())
+            );
+            assert_eq!(MembershipsChanged::parse(&notice.payload()), None);
+        }
+        assert_eq!(CredentialsChanged::parse(&marks.payload()), None);
     }
 
     #[test]

@@ -16,11 +16,15 @@
 //! migration 0015 may still be stored as `sending` with the lease in
 //! `next_attempt_at`; both statements accept them.
 
+use std::sync::LazyLock;
+
 use sqlx::PgExecutor;
 use tidings_core::Channel;
 use uuid::Uuid;
 
-use crate::deliveries::status::DeliveryStatus;
+use crate::deliveries::status::{
+    DeliveryStatus, PENDING_SQL, RETRYING_SQL, SENDING_SQL, SENT_SQL, SKIPPED_SQL, UNFINISHED_SQL,
+};
 
 /// A delivery this worker now holds, with everything needed to send it.
 /// Alert, endpoint and user columns are `None` when the row they come from is
@@ -43,29 +47,68 @@ pub struct ClaimedDelivery {
     /// the webhook body embeds it as it is.
     pub payload: Option<sqlx::types::Json<Box<serde_json::value::RawValue>>>,
     pub alert_created_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub endpoint_id: Option<Uuid>,
     pub endpoint_url: Option<String>,
     pub endpoint_secret: Option<String>,
     /// Only while the rotation's grace period lasts.
     pub endpoint_previous_secret: Option<String>,
     pub recipient_email: Option<String>,
+    /// The alert's category when it is not critical, for the email's
+    /// unsubscribe headers: not read by the claim, filled in by the worker
+    /// (`store::preferences::list_alert_categories`) only when unsubscribe
+    /// links are on.
+    #[sqlx(skip)]
+    pub list_category: Option<String>,
+    /// A delayed delivery's condition (migration 0026): sent only if the
+    /// in-app item at (`item_tx`, `item_id`) is not read (or seen), decided
+    /// right after the claim (`deliveries::fallback`). Absent from the
+    /// claim of a test build standing in for the version before it.
+    #[sqlx(default)]
+    pub unless_mark: Option<String>,
+    #[sqlx(default)]
+    pub item_tx: Option<i64>,
+    #[sqlx(default)]
+    pub item_id: Option<i64>,
 }
 
-/// The claim ([`claim_deliveries`] says how it shares a batch): the CTEs
-/// `open_tenants`, `active`, `share` and `picked` find the due deliveries and
-/// lock them (`FOR UPDATE SKIP LOCKED`); the UPDATE takes them, attempt + 1 and
-/// the lease, a HOT update, returning what delivery needs. Parameters: `$1`
-/// lease in ms, `$2` channels; `{batch}` is replaced by the batch size
-/// ([`claim_sql`] says why it is not a parameter).
-const CLAIM_SQL: &str = r#"
+/// The claim's SQL for batches of `batch`, as the worker runs it (and
+/// bench/sql/outbox_claim.sql, for 100). [`claim_deliveries`] says how it
+/// shares a batch: the CTEs `open_tenants`, `active`, `share` and `picked`
+/// find the due deliveries and lock them (`FOR UPDATE SKIP LOCKED`); the
+/// UPDATE takes them, attempt + 1 and the lease, a HOT update, returning what
+/// delivery needs. Parameters: `$1` lease in ms, `$2` channels.
+///
+/// The batch is written into the text, not bound: with `LIMIT $n` a generic
+/// plan cannot know the limit and estimates a tenth of the table, which costs
+/// it a hash join over all of `deliveries`; PostgreSQL then keeps planning
+/// the statement afresh at every call (about as much CPU as executing it).
+/// With the number in the text the generic plan is the custom one and is
+/// kept after the fifth call. A worker's batch never changes, so each
+/// process prepares one statement.
+pub fn claim_sql(batch: u32) -> String {
+    claim_sql_returning(batch, ", d.unless_mark, d.item_tx, d.item_id")
+}
+
+/// The claim without the columns of migration 0026, for a test build
+/// standing in for the version before it (`test_hooks::WITHOUT_LAST_MIGRATION`).
+#[cfg(feature = "test-hooks")]
+pub fn claim_sql_before_delayed_channels(batch: u32) -> String {
+    claim_sql_returning(batch, "")
+}
+
+fn claim_sql_returning(batch: u32, delayed: &str) -> String {
+    let batch = batch.max(1);
+    format!(
+        r#"
         WITH RECURSIVE open_tenants AS (
             -- The tenants with open work, one index probe each (a skip scan:
             -- the first tenant, then the first one after it, ...).
             (SELECT d.tenant_id FROM deliveries d
-             WHERE d.status IN ('pending', 'retrying', 'sending')
+             WHERE d.status IN {UNFINISHED_SQL}
              ORDER BY d.tenant_id LIMIT 1)
             UNION ALL
             SELECT (SELECT d.tenant_id FROM deliveries d
-                    WHERE d.status IN ('pending', 'retrying', 'sending')
+                    WHERE d.status IN {UNFINISHED_SQL}
                       AND d.tenant_id > o.tenant_id
                     ORDER BY d.tenant_id LIMIT 1)
             FROM open_tenants o
@@ -81,7 +124,7 @@ const CLAIM_SQL: &str = r#"
                 SELECT d.next_attempt_at
                 FROM deliveries d
                 WHERE d.tenant_id = o.tenant_id
-                  AND d.status IN ('pending', 'retrying', 'sending')
+                  AND d.status IN {UNFINISHED_SQL}
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($2)
@@ -105,7 +148,7 @@ const CLAIM_SQL: &str = r#"
                 SELECT d.ctid, d.tenant_id, d.id, d.alert_id, d.endpoint_id, d.recipient_id, d.channel
                 FROM deliveries d
                 WHERE d.tenant_id = served.tenant_id
-                  AND d.status IN ('pending', 'retrying', 'sending')
+                  AND d.status IN {UNFINISHED_SQL}
                   AND d.next_attempt_at <= now()
                   AND (d.claimed_until IS NULL OR d.claimed_until <= now())
                   AND d.channel = ANY($2)
@@ -125,7 +168,7 @@ const CLAIM_SQL: &str = r#"
         -- channel test runs before the index probe (a one-time filter) and a
         -- webhook costs no probe of users, an email none of the endpoints.
         LEFT JOIN LATERAL (
-            SELECT e.url, e.secret,
+            SELECT e.id, e.url, e.secret,
                    CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret
             FROM webhook_endpoints e
             WHERE p.channel = 'webhook' AND e.tenant_id = p.tenant_id AND e.id = p.endpoint_id
@@ -139,61 +182,72 @@ const CLAIM_SQL: &str = r#"
         WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id
         RETURNING d.tenant_id, d.id, d.attempts, d.channel, d.notification_key, d.recipient_id, d.alert_id,
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
-                  e.url AS endpoint_url, e.secret AS endpoint_secret,
+                  e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   e.previous_secret AS endpoint_previous_secret,
-                  u.email AS recipient_email
-"#;
+                  u.email AS recipient_email{delayed}
+"#
+    )
+    .trim()
+    .to_owned()
+}
 
 /// Writes results (the six arrays of [`ResultColumns`]), each only if it is
 /// still this claim's ([`complete_deliveries`] says why): a `sent` delivery
 /// moves to `deliveries_sent` (`sent`: a DELETE that returns the row, `moved`:
 /// its INSERT), every other outcome updates it in place (`other`). Answers
 /// the count of rows written.
-const COMPLETE_SQL: &str = r#"
+static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
         WITH r AS MATERIALIZED (
             SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
                 AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         ),
         sent AS (
             DELETE FROM deliveries d USING r
-            WHERE r.outcome = 'sent'
+            WHERE r.outcome = {SENT_SQL}
               AND d.tenant_id = r.tenant_id AND d.id = r.id
               AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
-              AND d.status IN ('pending', 'retrying', 'sending')
+              AND d.status IN {UNFINISHED_SQL}
             RETURNING d.*
         ),
         moved AS (
             INSERT INTO deliveries_sent (tenant_id, id, notification_key, alert_id, recipient_id, channel,
                                          endpoint_id, status, attempts, next_attempt_at, claimed_until,
-                                         last_error, sent_at, created_at)
-            SELECT tenant_id, id, notification_key, alert_id, recipient_id, channel, endpoint_id, 'sent',
-                   attempts, next_attempt_at, NULL, last_error, now(), created_at
+                                         last_error, sent_at, created_at, template_version_id,
+                                         unless_mark, item_tx, item_id, decided_mark_tx, decided_mark_id,
+                                         decided_at)
+            SELECT tenant_id, id, notification_key, alert_id, recipient_id, channel, endpoint_id, {SENT_SQL},
+                   attempts, next_attempt_at, NULL, last_error, now(), created_at, template_version_id,
+                   unless_mark, item_tx, item_id, decided_mark_tx, decided_mark_id, decided_at
             FROM sent
             RETURNING 1
         ),
         other AS (
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
-                          WHEN d.status <> 'sending' THEN d.status
-                          WHEN d.attempts > 1 THEN 'retrying'
-                          ELSE 'pending'
+                          WHEN d.status <> {SENDING_SQL} THEN d.status
+                          WHEN d.attempts > 1 THEN {RETRYING_SQL}
+                          ELSE {PENDING_SQL}
                      END,
             attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
-            next_attempt_at = CASE WHEN r.outcome = 'retrying'
+            next_attempt_at = CASE WHEN r.outcome = {RETRYING_SQL}
                                    THEN now() + r.delay_ms * interval '1 millisecond'
-                                   WHEN d.status = 'sending' THEN now()
+                                   WHEN d.status = {SENDING_SQL} THEN now()
                                    ELSE d.next_attempt_at END,
             last_error = COALESCE(r.error, d.last_error),
             claimed_until = NULL
         FROM r
-        WHERE r.outcome <> 'sent'
+        WHERE r.outcome <> {SENT_SQL}
           AND d.tenant_id = r.tenant_id AND d.id = r.id
           AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
-          AND d.status IN ('pending', 'retrying', 'sending')
+          AND d.status IN {UNFINISHED_SQL}
         RETURNING 1
         )
         SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM other)
-"#;
+"#
+    )
+});
 
 /// The completion of the version before migration 0022: every outcome,
 /// `sent` included, updates the row in place. Run only by a test build
@@ -201,18 +255,20 @@ const COMPLETE_SQL: &str = r#"
 /// rolling upgrade test); bench/sql/outbox_complete_v2.sql keeps it as the
 /// same-run "before" of the move.
 #[cfg(feature = "test-hooks")]
-const COMPLETE_IN_PLACE_SQL: &str = r#"
+static COMPLETE_IN_PLACE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
         UPDATE deliveries d
         SET status = CASE WHEN r.outcome <> 'release' THEN r.outcome
-                          WHEN d.status <> 'sending' THEN d.status
-                          WHEN d.attempts > 1 THEN 'retrying'
-                          ELSE 'pending'
+                          WHEN d.status <> {SENDING_SQL} THEN d.status
+                          WHEN d.attempts > 1 THEN {RETRYING_SQL}
+                          ELSE {PENDING_SQL}
                      END,
             attempts = CASE WHEN r.outcome = 'release' THEN d.attempts - 1 ELSE d.attempts END,
-            sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE d.sent_at END,
-            next_attempt_at = CASE WHEN r.outcome = 'retrying'
+            sent_at = CASE WHEN r.outcome = {SENT_SQL} THEN now() ELSE d.sent_at END,
+            next_attempt_at = CASE WHEN r.outcome = {RETRYING_SQL}
                                    THEN now() + r.delay_ms * interval '1 millisecond'
-                                   WHEN d.status = 'sending' THEN now()
+                                   WHEN d.status = {SENDING_SQL} THEN now()
                                    ELSE d.next_attempt_at END,
             last_error = COALESCE(r.error, d.last_error),
             claimed_until = NULL
@@ -220,24 +276,10 @@ const COMPLETE_IN_PLACE_SQL: &str = r#"
              AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         WHERE d.tenant_id = r.tenant_id AND d.id = r.id
           AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
-          AND d.status IN ('pending', 'retrying', 'sending')
-"#;
-
-/// The claim's SQL for batches of `batch`, as the worker runs it (and
-/// bench/sql/outbox_claim.sql, for 100).
-///
-/// The batch is written into the text, not bound: with `LIMIT $n` a generic
-/// plan cannot know the limit and estimates a tenth of the table, which costs
-/// it a hash join over all of `deliveries`; PostgreSQL then keeps planning
-/// the statement afresh at every call (about as much CPU as executing it).
-/// With the number in the text the generic plan is the custom one and is
-/// kept after the fifth call. A worker's batch never changes, so each
-/// process prepares one statement.
-pub fn claim_sql(batch: u32) -> String {
-    CLAIM_SQL
-        .trim()
-        .replace("{batch}", &batch.max(1).to_string())
-}
+          AND d.status IN {UNFINISHED_SQL}
+"#
+    )
+});
 
 /// The completion's SQL, for measurements (bench/sql/outbox_complete.sql).
 pub fn complete_sql() -> &'static str {
@@ -270,9 +312,35 @@ pub async fn claim_deliveries(
     lease_ms: u64,
     channels: &[Channel],
 ) -> sqlx::Result<Vec<ClaimedDelivery>> {
+    claim_with(db, &claim_sql(batch), lease_ms, channels).await
+}
+
+/// [`claim_deliveries`] as the version before migration 0026 ran it, for a
+/// test build standing in for that version.
+#[cfg(feature = "test-hooks")]
+pub async fn claim_deliveries_before_delayed_channels(
+    db: impl PgExecutor<'_>,
+    batch: u32,
+    lease_ms: u64,
+    channels: &[Channel],
+) -> sqlx::Result<Vec<ClaimedDelivery>> {
+    claim_with(
+        db,
+        &claim_sql_before_delayed_channels(batch),
+        lease_ms,
+        channels,
+    )
+    .await
+}
+
+async fn claim_with(
+    db: impl PgExecutor<'_>,
+    sql: &str,
+    lease_ms: u64,
+    channels: &[Channel],
+) -> sqlx::Result<Vec<ClaimedDelivery>> {
     let channels: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
-    let sql = claim_sql(batch);
-    sqlx::query_as(&sql)
+    sqlx::query_as(sql)
         .bind(i64::try_from(lease_ms).unwrap_or(i64::MAX))
         .bind(&channels)
         .fetch_all(db)
@@ -401,4 +469,61 @@ pub async fn complete_deliveries_in_place(
         .execute(db)
         .await?;
     Ok(result.rows_affected())
+}
+
+/// What the claim decided about delayed deliveries it holds, one entry per
+/// index: `skip_reasons[i]` NULL to send (the row keeps its lease and goes to
+/// the sender), else `skipped` with that reason (the lease ends). Either way
+/// the row records the watermark the decision saw and when; guarded like a
+/// completion, by the attempt number the claim returned.
+#[derive(Debug, Default)]
+pub struct Decisions {
+    pub tenant_ids: Vec<Uuid>,
+    pub ids: Vec<i64>,
+    pub attempts: Vec<i32>,
+    pub skip_reasons: Vec<Option<String>>,
+    /// The watermark the decision saw; NULL for a delivery that follows no
+    /// in-app item (nothing to read: only its preferences were decided).
+    pub mark_tx: Vec<Option<i64>>,
+    pub mark_id: Vec<Option<i64>>,
+}
+
+static RECORD_DECISIONS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
+        UPDATE deliveries d
+        SET status = CASE WHEN r.reason IS NULL THEN d.status ELSE {SKIPPED_SQL} END,
+            last_error = COALESCE(r.reason, d.last_error),
+            claimed_until = CASE WHEN r.reason IS NULL THEN d.claimed_until END,
+            decided_mark_tx = r.mark_tx,
+            decided_mark_id = r.mark_id,
+            decided_at = clock_timestamp()
+        FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[])
+             AS r(tenant_id, id, attempts, reason, mark_tx, mark_id)
+        WHERE d.tenant_id = r.tenant_id AND d.id = r.id
+          AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
+          AND d.status IN {UNFINISHED_SQL}
+"#
+    )
+});
+
+/// Records [`Decisions`] in the decision's transaction; returns the rows written.
+/// `decided_at` is the clock when the decision is written, after the share
+/// locks were granted: no mark of those users can commit between the grant
+/// and the decision's commit, so a mark that committed before `decided_at`
+/// committed before the grant and was seen.
+pub async fn record_decisions(db: impl PgExecutor<'_>, d: &Decisions) -> sqlx::Result<u64> {
+    if d.ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(RECORD_DECISIONS_SQL.trim())
+        .bind(&d.tenant_ids)
+        .bind(&d.ids)
+        .bind(&d.attempts)
+        .bind(&d.skip_reasons)
+        .bind(&d.mark_tx)
+        .bind(&d.mark_id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
 }

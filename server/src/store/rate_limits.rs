@@ -71,3 +71,29 @@ pub async fn delete_other_tenant_rate_limits(
         .await?;
     Ok(())
 }
+
+/// A tenant's own cap on its open streams per instance (`tenants`,
+/// migration 0025); `None`: the server's share.
+pub async fn find_tenant_max_open_streams(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar("SELECT max_open_streams FROM tenants WHERE id = $1")
+        .bind(tenant)
+        .fetch_optional(db)
+        .await
+        .map(Option::flatten)
+}
+
+pub async fn set_tenant_max_open_streams(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    max: Option<i32>,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE tenants SET max_open_streams = $2 WHERE id = $1")
+        .bind(tenant)
+        .bind(max)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! Where the primary's WAL is and how far a hot standby has replayed it: the
-//! statements behind read routing and read-your-writes (`crate::replicas`).
+//! statements behind read routing and read-your-writes (`crate::db::replicas`).
 //! Positions travel as [`Lsn`], a byte offset into the WAL.
 
 use std::{fmt, str::FromStr};
@@ -40,14 +40,26 @@ fn lsn_of(bytes: i64) -> Lsn {
     Lsn(u64::try_from(bytes).unwrap_or(0))
 }
 
-/// The primary's WAL insert position. Taken after a commit, it is at or past
-/// that commit's record whatever `synchronous_commit` says (the write and
-/// flush positions may still be behind an asynchronous commit).
+/// The primary's WAL insert position, as the end of the last record inserted.
+/// Taken after a commit, it is at or past that commit's record whatever
+/// `synchronous_commit` says (the write and flush positions may still be
+/// behind an asynchronous commit).
+///
+/// When the last record ended exactly at a page's end, PostgreSQL reports the
+/// insert position past the next page's header (24 bytes, 40 at a segment's
+/// start), which no standby reports as replayed until another record comes:
+/// on an idle primary a standby would look behind for as long as it stays
+/// idle. No record ends inside a header, so the header's start is the same
+/// bound.
 pub async fn read_wal_insert_lsn(db: impl PgExecutor<'_>) -> Result<Lsn, sqlx::Error> {
-    let bytes: i64 =
-        sqlx::query_scalar("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
-            .fetch_one(db)
-            .await?;
+    let bytes: i64 = sqlx::query_scalar(
+        "SELECT CASE WHEN pos % pg_size_bytes(current_setting('wal_segment_size')) = 40 THEN pos - 40
+                     WHEN pos % current_setting('wal_block_size')::bigint = 24 THEN pos - 24
+                     ELSE pos END
+         FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS pos) AS insert",
+    )
+    .fetch_one(db)
+    .await?;
     Ok(lsn_of(bytes))
 }
 

@@ -62,12 +62,12 @@ pub async fn purge_deliveries(
     sqlx::query_as(&format!(
         "WITH oldest AS (
              SELECT tenant_id, id, created_at FROM {table}
-              WHERE tenant_id = $1 AND status = '{status}'
+              WHERE tenant_id = $1 AND status = {status}
               ORDER BY id LIMIT $3
          ),
          gone AS (
              DELETE FROM {table} d USING oldest o
-              WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = '{status}'
+              WHERE d.tenant_id = o.tenant_id AND d.id = o.id AND d.status = {status}
                 AND o.created_at < now() - make_interval(secs => $2)
              RETURNING d.tenant_id, d.id, d.alert_id, d.recipient_id, d.channel
          ),
@@ -114,7 +114,7 @@ pub async fn purge_deliveries(
          SELECT (SELECT count(*) FROM gone) AS deliveries,
                 (SELECT count(*) FROM gone_notifications) AS notifications,
                 (SELECT count(*) FROM gone_alerts) AS alerts",
-        status = status.as_str(),
+        status = status.as_sql(),
         table = table.name()
     ))
     .bind(tenant)

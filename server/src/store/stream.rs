@@ -126,36 +126,91 @@ pub async fn insert_stream_ticket(
     tenant_id: Uuid,
     user_id: &str,
     ttl_secs: i64,
+    credential: &TicketCredential,
 ) -> sqlx::Result<DateTime<Utc>> {
     sqlx::query_scalar(
         "WITH purged AS (
              DELETE FROM stream_tickets WHERE ticket_hash IN (
                  SELECT ticket_hash FROM stream_tickets WHERE expires_at < now() LIMIT 100)
          )
-         INSERT INTO stream_tickets (ticket_hash, tenant_id, user_id, expires_at)
-         VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+         INSERT INTO stream_tickets (ticket_hash, tenant_id, user_id, expires_at,
+                                     credential_issued_at, credential_expires_at, signing_key_id)
+         VALUES ($1, $2, $3, now() + make_interval(secs => $4),
+                 to_timestamp($5), to_timestamp($6), $7)
          RETURNING expires_at",
     )
     .bind(ticket_hash)
     .bind(tenant_id)
     .bind(user_id)
     .bind(ttl_secs as f64)
+    .bind(credential.issued_at as f64)
+    .bind(credential.expires_at as f64)
+    .bind(credential.signing_key_id.as_deref())
     .fetch_one(db)
     .await
 }
 
-/// Takes a ticket: it is deleted whatever its state, and its tenant and user
-/// are returned only when it had not expired.
+/// The credential a ticket was bought with (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketCredential {
+    pub issued_at: i64,
+    pub expires_at: i64,
+    pub signing_key_id: Option<String>,
+}
+
+/// A ticket taken while valid: whose it is, when it was minted, and its
+/// credential (`None` for a ticket minted before tickets kept it).
+#[derive(Debug, Clone)]
+pub struct TakenTicket {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+    pub minted_at: DateTime<Utc>,
+    pub credential: Option<TicketCredential>,
+}
+
+/// Takes a ticket: it is deleted whatever its state, and returned only when
+/// it had not expired. `ttl_secs` is how long tickets live (their minting
+/// instant is their expiry less it).
 pub async fn take_stream_ticket(
     db: impl PgExecutor<'_>,
     ticket_hash: &[u8],
-) -> sqlx::Result<Option<(Uuid, String)>> {
-    let row: Option<(Uuid, String, bool)> = sqlx::query_as(
+    ttl_secs: i64,
+) -> sqlx::Result<Option<TakenTicket>> {
+    #[allow(clippy::type_complexity)]
+    let row: Option<(
+        Uuid,
+        String,
+        bool,
+        DateTime<Utc>,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+    )> = sqlx::query_as(
         "DELETE FROM stream_tickets WHERE ticket_hash = $1
-         RETURNING tenant_id, user_id, expires_at > now()",
+         RETURNING tenant_id, user_id, expires_at > now(),
+                   expires_at - make_interval(secs => $2),
+                   floor(extract(epoch FROM credential_issued_at))::bigint,
+                   floor(extract(epoch FROM credential_expires_at))::bigint,
+                   signing_key_id",
     )
     .bind(ticket_hash)
+    .bind(ttl_secs as f64)
     .fetch_optional(db)
     .await?;
-    Ok(row.and_then(|(tenant, user, valid)| valid.then_some((tenant, user))))
+    Ok(row.and_then(
+        |(tenant_id, user_id, valid, minted_at, issued_at, expires_at, signing_key_id)| {
+            valid.then(|| TakenTicket {
+                tenant_id,
+                user_id,
+                minted_at,
+                credential: issued_at.zip(expires_at).map(|(issued_at, expires_at)| {
+                    TicketCredential {
+                        issued_at,
+                        expires_at,
+                        signing_key_id,
+                    }
+                }),
+            })
+        },
+    ))
 }

@@ -70,7 +70,7 @@ pub async fn find_tenant_by_key_hash(
         .await
 }
 
-/// A tenant's signing secrets as stored (sealed: `crate::secrets`): the
+/// A tenant's signing secrets as stored (sealed: `crate::tenants::secrets`): the
 /// current one, and the previous one while its overlap lasts.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SigningKeyRow {

@@ -9,8 +9,21 @@ pub struct UserRow {
     pub user_id: String,
     pub email: Option<String>,
     pub display_name: Option<String>,
+    /// BCP 47 tag, canonical case (`templates::locale`).
+    pub locale: Option<String>,
+    /// IANA time zone name.
+    pub timezone: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A user's contact data as written by `PUT /v1/users/{user_id}`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ContactData<'a> {
+    pub email: Option<&'a str>,
+    pub display_name: Option<&'a str>,
+    pub locale: Option<&'a str>,
+    pub timezone: Option<&'a str>,
 }
 
 /// PUT semantics: the stored contact data becomes exactly what was sent.
@@ -18,19 +31,22 @@ pub async fn upsert_user(
     db: impl sqlx::PgExecutor<'_>,
     tenant: Uuid,
     user_id: &str,
-    email: Option<&str>,
-    display_name: Option<&str>,
+    contact: ContactData<'_>,
 ) -> sqlx::Result<UserRow> {
     sqlx::query_as(
-        "INSERT INTO users (tenant_id, user_id, email, display_name) VALUES ($1, $2, $3, $4)
+        "INSERT INTO users (tenant_id, user_id, email, display_name, locale, timezone)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (tenant_id, user_id) DO UPDATE
-             SET email = EXCLUDED.email, display_name = EXCLUDED.display_name, updated_at = now()
-         RETURNING user_id, email, display_name, created_at, updated_at",
+             SET email = EXCLUDED.email, display_name = EXCLUDED.display_name,
+                 locale = EXCLUDED.locale, timezone = EXCLUDED.timezone, updated_at = now()
+         RETURNING user_id, email, display_name, locale, timezone, created_at, updated_at",
     )
     .bind(tenant)
     .bind(user_id)
-    .bind(email)
-    .bind(display_name)
+    .bind(contact.email)
+    .bind(contact.display_name)
+    .bind(contact.locale)
+    .bind(contact.timezone)
     .fetch_one(db)
     .await
 }
@@ -41,7 +57,7 @@ pub async fn get_user(
     user_id: &str,
 ) -> sqlx::Result<Option<UserRow>> {
     sqlx::query_as(
-        "SELECT user_id, email, display_name, created_at, updated_at FROM users
+        "SELECT user_id, email, display_name, locale, timezone, created_at, updated_at FROM users
          WHERE tenant_id = $1 AND user_id = $2",
     )
     .bind(tenant)

@@ -9,7 +9,7 @@
 //! the server's memory.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::{
         atomic::{AtomicU8, Ordering},
         Arc, Mutex,
@@ -20,13 +20,14 @@ use tidings_core::Position;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::replicas::Lsn;
+use crate::db::replicas::Lsn;
 use crate::store::{
     feed::{FeedItem, FeedStatus},
     horizon::{feed_write_lock_key, FeedHorizons},
     stream::{TailRange, TailRow},
     teams::Membership,
 };
+use crate::tenants::credentials::CredentialTerm;
 
 /// What the hub hands a connection.
 #[derive(Debug, Clone)]
@@ -51,9 +52,13 @@ pub enum CloseReason {
     Superseded = 2,
     /// The server is shutting down.
     Shutdown = 3,
-    /// The user joined a team, or memberships may have been missed: the
-    /// client refetches (items of the new team may lie below what was sent).
+    /// The user joined a team, memberships may have been missed, or the
+    /// primary was lost and another took over: the client refetches (items
+    /// may lie below what was sent).
     Resync = 4,
+    /// The credential the stream was opened with expired, was revoked, or
+    /// its signing secret stopped verifying.
+    CredentialEnded = 5,
 }
 
 impl CloseReason {
@@ -63,6 +68,7 @@ impl CloseReason {
             2 => CloseReason::Superseded,
             3 => CloseReason::Shutdown,
             4 => CloseReason::Resync,
+            5 => CloseReason::CredentialEnded,
             _ => CloseReason::None,
         }
     }
@@ -99,6 +105,13 @@ struct Conn {
     teams: HashMap<String, Position>,
     sender: mpsc::Sender<Outgoing>,
     shared: Arc<ConnShared>,
+    /// The credential's `iat` (a revocation after it ends the connection).
+    issued_at: i64,
+    /// The signing secret the credential verified with.
+    signing_key_id: Option<String>,
+    /// When the connection ends (Unix seconds): the credential's expiry, or
+    /// earlier once its signing secret is retiring. Kept in `deadlines`.
+    deadline: i64,
 }
 
 struct TenantRoute {
@@ -109,6 +122,8 @@ struct TenantRoute {
     by_team: HashMap<String, HashSet<ConnId>>,
     /// A user's connections, oldest first.
     by_user: HashMap<String, Vec<ConnId>>,
+    /// Connections of this tenant here (its share of the instance's slots).
+    open: usize,
 }
 
 #[derive(Default)]
@@ -116,6 +131,8 @@ struct HubState {
     next_id: ConnId,
     conns: HashMap<ConnId, Conn>,
     tenants: HashMap<Uuid, TenantRoute>,
+    /// (deadline, connection), soonest first.
+    deadlines: BTreeSet<(i64, ConnId)>,
     closed: bool,
 }
 
@@ -136,6 +153,8 @@ pub struct Hub {
 pub enum RegisterError {
     #[error("this instance serves its maximum number of streams")]
     Full,
+    #[error("this tenant holds its share of this instance's streams")]
+    TenantFull,
     #[error("this instance is shutting down")]
     ShuttingDown,
 }
@@ -180,16 +199,21 @@ impl Hub {
         self.with_state(|s| s.conns.len())
     }
 
-    /// Registers a connection of `user` with `teams`. `horizon` is a horizon
-    /// of the tenant (any: it becomes the tenant's floor only when this is the
-    /// tenant's first connection here). The user's oldest stream is closed if
-    /// this one would pass the per-user limit.
+    /// Registers a connection of `user` with `teams`, opened with a
+    /// credential of `term` (the connection ends when it does). `horizon` is
+    /// a horizon of the tenant (any: it becomes the tenant's floor only when
+    /// this is the tenant's first connection here). The user's oldest stream
+    /// is closed if this one would pass the per-user limit; past the
+    /// tenant's `tenant_cap` connections here, or the instance's, it is
+    /// refused.
     pub fn register(
         self: &Arc<Self>,
         tenant_id: Uuid,
         user_id: &str,
         teams: &[Membership],
         horizon: i64,
+        term: &CredentialTerm,
+        tenant_cap: usize,
     ) -> Result<Registration, RegisterError> {
         let (sender, receiver) = mpsc::channel(self.limits.buffer);
         let shared = Arc::new(ConnShared::default());
@@ -197,15 +221,21 @@ impl Hub {
             if s.closed {
                 return Err(RegisterError::ShuttingDown);
             }
-            if s.conns.len() >= self.limits.max_connections {
-                return Err(RegisterError::Full);
-            }
             let oldest = s
                 .tenants
                 .get(&tenant_id)
                 .and_then(|t| t.by_user.get(user_id))
                 .filter(|ids| ids.len() >= self.limits.max_per_user)
                 .and_then(|ids| ids.first().copied());
+            // The user's own oldest stream makes room for this one.
+            let freed = usize::from(oldest.is_some());
+            if s.conns.len() - freed >= self.limits.max_connections {
+                return Err(RegisterError::Full);
+            }
+            let tenant_open = s.tenants.get(&tenant_id).map_or(0, |t| t.open);
+            if tenant_open - freed >= tenant_cap.max(1) {
+                return Err(RegisterError::TenantFull);
+            }
             if let Some(oldest) = oldest {
                 close_conn(s, oldest, CloseReason::Superseded);
             }
@@ -216,7 +246,9 @@ impl Hub {
                 floor: Position::new(horizon, 0),
                 by_team: HashMap::new(),
                 by_user: HashMap::new(),
+                open: 0,
             });
+            route.open += 1;
             for m in teams {
                 route
                     .by_team
@@ -241,8 +273,12 @@ impl Hub {
                         .collect(),
                     sender,
                     shared: shared.clone(),
+                    issued_at: term.issued_at,
+                    signing_key_id: term.signing_key_id.clone(),
+                    deadline: term.expires_at,
                 },
             );
+            s.deadlines.insert((term.expires_at, id));
             Ok((id, floor))
         })?;
         Ok(Registration {
@@ -434,6 +470,68 @@ impl Hub {
         })
     }
 
+    /// Ends every connection whose credential has expired by `now` (Unix
+    /// seconds). The tick loop calls it each tick.
+    pub fn close_expired(&self, now: i64) {
+        self.with_state(|s| {
+            while let Some(&(deadline, id)) = s.deadlines.first() {
+                if deadline > now {
+                    break;
+                }
+                close_conn(s, id, CloseReason::CredentialEnded);
+            }
+        })
+    }
+
+    /// Ends the user's connections opened with a credential issued before
+    /// `cutoff` (Unix seconds; the user's tokens were revoked).
+    pub fn close_revoked(&self, tenant_id: Uuid, user_id: &str, cutoff: i64) {
+        self.with_state(|s| {
+            for id in user_conns(s, tenant_id, user_id) {
+                if s.conns.get(&id).is_some_and(|c| c.issued_at < cutoff) {
+                    close_conn(s, id, CloseReason::CredentialEnded);
+                }
+            }
+        })
+    }
+
+    /// Applies the tenant's signing secrets as they are now, `(key id,
+    /// verifies until)` (`None`: no end): a connection whose secret is not
+    /// among them ends now; one whose secret verifies until some instant
+    /// ends then at the latest.
+    pub fn apply_signing_keys(&self, tenant_id: Uuid, keys: &[(String, Option<i64>)]) {
+        self.with_state(|s| {
+            let ids: Vec<ConnId> = s
+                .tenants
+                .get(&tenant_id)
+                .map(|t| t.by_user.values().flatten().copied().collect())
+                .unwrap_or_default();
+            for id in ids {
+                let Some(conn) = s.conns.get_mut(&id) else {
+                    continue;
+                };
+                let key = conn
+                    .signing_key_id
+                    .as_deref()
+                    .and_then(|k| keys.iter().find(|(id, _)| id == k));
+                match key {
+                    None => close_conn(s, id, CloseReason::CredentialEnded),
+                    Some((_, Some(until))) if *until < conn.deadline => {
+                        s.deadlines.remove(&(conn.deadline, id));
+                        conn.deadline = *until;
+                        s.deadlines.insert((*until, id));
+                    }
+                    Some(_) => {}
+                }
+            }
+        })
+    }
+
+    /// The tenants with connections here.
+    pub fn connected_tenants(&self) -> Vec<Uuid> {
+        self.with_state(|s| s.tenants.keys().copied().collect())
+    }
+
     /// Closes every connection of the user with `reason`.
     pub fn close_user(&self, tenant_id: Uuid, user_id: &str, reason: CloseReason) {
         self.with_state(|s| {
@@ -445,6 +543,16 @@ impl Hub {
     }
 
     /// Closes every connection and refuses new ones.
+    /// Closes every open stream with `reason`; new ones may open.
+    pub fn close_every_stream(&self, reason: CloseReason) {
+        self.with_state(|s| {
+            let ids: Vec<ConnId> = s.conns.keys().copied().collect();
+            for id in ids {
+                close_conn(s, id, reason);
+            }
+        })
+    }
+
     pub fn close_all(&self, reason: CloseReason) {
         self.with_state(|s| {
             s.closed = true;
@@ -498,9 +606,11 @@ fn remove_conn(s: &mut HubState, id: ConnId) {
     let Some(conn) = s.conns.remove(&id) else {
         return;
     };
+    s.deadlines.remove(&(conn.deadline, id));
     let Some(route) = s.tenants.get_mut(&conn.tenant_id) else {
         return;
     };
+    route.open = route.open.saturating_sub(1);
     for team in conn.teams.keys() {
         if let Some(ids) = route.by_team.get_mut(team) {
             ids.remove(&id);

@@ -26,17 +26,17 @@ use uuid::Uuid;
 pub use self::hub::{CloseReason, Hub, HubLimits, RegisterError};
 use self::hub::{Outgoing, Registration};
 use crate::{
-    credentials::random_token,
-    listen::{Event, Subscription},
-    replicas::Lsn,
-    shutdown::Shutdown,
-    state::AppState,
+    app::shutdown::Shutdown,
+    app::state::AppState,
+    db::listen::{Event, Subscription},
+    db::replicas::Lsn,
     store::{
         feed::{self as feed_store, FeedItem, FeedStatus, PageFrom},
         horizon as horizon_store,
-        notify::{MarksChanged, MembershipsChanged, NotifyChannel},
-        stream as stream_store, teams as team_store,
+        notify::{CredentialsChanged, MarksChanged, MembershipsChanged, NotifyChannel},
+        stream as stream_store, teams as team_store, tenants as tenant_store,
     },
+    tenants::credentials::{random_token, CredentialTerm},
 };
 
 /// Rows read per tick at most; a larger backlog takes several ticks.
@@ -65,6 +65,8 @@ pub enum ResetReason {
     Superseded,
     Resync,
     Shutdown,
+    /// The credential the stream was opened with ended.
+    CredentialEnded,
 }
 
 impl ResetReason {
@@ -76,6 +78,7 @@ impl ResetReason {
             ResetReason::Superseded => "superseded",
             ResetReason::Resync => "resync",
             ResetReason::Shutdown => "shutdown",
+            ResetReason::CredentialEnded => "credential_ended",
         }
     }
 }
@@ -108,29 +111,73 @@ fn ticket_hash(ticket: &str) -> Vec<u8> {
     Sha256::digest(ticket.as_bytes()).to_vec()
 }
 
-/// A new ticket for the user, and when it expires.
+/// A new ticket for the user, bought with a token of `term`, and when it
+/// expires (never after the token).
 pub async fn issue_ticket(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
+    term: &CredentialTerm,
 ) -> sqlx::Result<(String, DateTime<Utc>)> {
     let ticket = format!("tds_{}", random_token(32));
     let ttl = state.settings.stream.stream_ticket_ttl_secs.max(1) as i64;
+    let ttl = ttl.min((term.expires_at - Utc::now().timestamp()).max(1));
     let expires_at = stream_store::insert_stream_ticket(
         &state.pool,
         &ticket_hash(&ticket),
         tenant_id,
         user,
         ttl,
+        &stream_store::TicketCredential {
+            issued_at: term.issued_at,
+            expires_at: term.expires_at,
+            signing_key_id: term.signing_key_id.clone(),
+        },
     )
     .await?;
     Ok((ticket, expires_at))
 }
 
-/// The tenant and user of a ticket, once: taking it deletes it. `None` for
-/// an unknown, used or expired ticket.
-pub async fn take_ticket(state: &AppState, ticket: &str) -> sqlx::Result<Option<(Uuid, String)>> {
-    stream_store::take_stream_ticket(&state.pool, &ticket_hash(ticket)).await
+/// A ticket taken: whose, and the credential it was bought with.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+    pub term: CredentialTerm,
+}
+
+/// The tenant, user and credential of a ticket, once: taking it deletes it.
+/// `None` for an unknown, used or expired ticket. A ticket minted before
+/// tickets kept their credential counts as a token issued when it was
+/// minted, living the longest a token may, bound to no signing key.
+pub async fn take_ticket(state: &AppState, ticket: &str) -> sqlx::Result<Option<Ticket>> {
+    let ttl = state.settings.stream.stream_ticket_ttl_secs.max(1) as i64;
+    let Some(taken) =
+        stream_store::take_stream_ticket(&state.pool, &ticket_hash(ticket), ttl).await?
+    else {
+        return Ok(None);
+    };
+    let term = match taken.credential {
+        Some(c) => CredentialTerm {
+            issued_at: c.issued_at,
+            expires_at: c.expires_at,
+            signing_key_id: c.signing_key_id,
+        },
+        None => {
+            let minted = taken.minted_at.timestamp();
+            let longest = state.settings.auth.user_token_max_lifetime_secs;
+            CredentialTerm {
+                issued_at: minted,
+                expires_at: minted.saturating_add(i64::try_from(longest).unwrap_or(i64::MAX)),
+                signing_key_id: None,
+            }
+        }
+    };
+    Ok(Some(Ticket {
+        tenant_id: taken.tenant_id,
+        user_id: taken.user_id,
+        term,
+    }))
 }
 
 // ---------------------------------------------------------------------------
@@ -151,23 +198,36 @@ struct Connection {
     ended: bool,
 }
 
-/// Opens a stream for the user: registers it with the hub (so nothing
-/// dispatched from now on is missed), then reads the catch-up lazily as the
-/// client consumes it.
+/// Opens a stream for the user, with a credential of `term` (the stream
+/// ends when it does): registers it with the hub (so nothing dispatched from
+/// now on is missed), then reads the catch-up lazily as the client consumes
+/// it.
 pub async fn open(
     state: &AppState,
     tenant_id: Uuid,
     user: UserId,
+    term: &CredentialTerm,
     resume: Resume,
 ) -> Result<LiveFeed, OpenError> {
+    let tenant_cap = match state
+        .limits
+        .tenant_rates(&state.pool, tenant_id)
+        .await?
+        .open_streams()
+    {
+        Some(own) => own as usize,
+        None => state.settings.stream.tenant_share(),
+    };
     // Fresh from the database, not the cache: the hub routes by these teams
     // from now on, and a change from here on is announced to the hub.
     let teams: Arc<[team_store::Membership]> =
         team_store::list_memberships_of_user(&state.pool, tenant_id, &user)
             .await?
             .into();
-    let horizon = state.horizons.fresh(&state.pool).await?.of(tenant_id);
-    let registration = state.stream.register(tenant_id, &user, &teams, horizon)?;
+    let horizon = state.horizons.fresh(&state.replicas).await?.of(tenant_id);
+    let registration = state
+        .stream
+        .register(tenant_id, &user, &teams, horizon, term, tenant_cap)?;
     let floor = registration.floor;
     let (status, _) = feed_store::read_status(
         &state.pool,
@@ -180,7 +240,19 @@ pub async fn open(
     .await?;
     let (catch_up, last_sent, pending) = match resume {
         Resume::Live => (None, Position::ORIGIN, VecDeque::new()),
-        Resume::After(after) => (Some(after), after, VecDeque::new()),
+        Resume::After(after) => {
+            // Cursors carry a checksum, not a signature (the core computes
+            // it in the browser too), so a client may send any position. One
+            // beyond the present would filter out every item until the
+            // present passed it: a forged maximum silenced the stream for
+            // good. Clamping to the present was chosen over keying the
+            // checksum, which would change every cursor and the core's
+            // encoding for a harm done only to oneself; it changes nothing
+            // for a cursor the server handed out, which always lies below
+            // the horizon read just now.
+            let after = after.min(Position::new(horizon, 0));
+            (Some(after), after, VecDeque::new())
+        }
         Resume::Invalid => (
             None,
             Position::ORIGIN,
@@ -246,6 +318,7 @@ impl Connection {
                     CloseReason::Superseded => ResetReason::Superseded,
                     CloseReason::Shutdown => ResetReason::Shutdown,
                     CloseReason::Resync => ResetReason::Resync,
+                    CloseReason::CredentialEnded => ResetReason::CredentialEnded,
                 };
                 self.pending.push_back(StreamMessage::Reset(reason));
                 continue;
@@ -340,15 +413,30 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
 /// readers) and one tail statement after it, routed in memory.
 async fn run_tail(state: AppState, mut shutdown: Shutdown) {
     let tick = state.settings.stream.tick();
+    let mut primary_lost = false;
     loop {
         if shutdown.sleep(tick).await {
             break;
         }
+        state.stream.close_expired(Utc::now().timestamp());
         if !state.stream.has_tenants() {
             continue;
         }
-        if let Err(err) = tail_once(&state).await {
-            tracing::warn!(error = %err, "stream tail failed; retrying next tick");
+        match tail_once(&state).await {
+            Ok(()) if primary_lost => {
+                // The primary came back, or another took over: transaction
+                // ids the lost one handed out may be handed out again below
+                // what streams were sent (docs/design/failover.md), so every
+                // stream resets and its client refetches.
+                primary_lost = false;
+                tracing::warn!("the primary answers again; resetting every open stream");
+                state.stream.close_every_stream(CloseReason::Resync);
+            }
+            Ok(()) => {}
+            Err(err) => {
+                primary_lost |= crate::store::is_unavailable(&err);
+                tracing::warn!(error = %err, "stream tail failed; retrying next tick");
+            }
         }
     }
     state.stream.close_all(CloseReason::Shutdown);
@@ -372,26 +460,43 @@ async fn tail_once(state: &AppState) -> sqlx::Result<()> {
 }
 
 /// Membership changes of connected users: teams left are announced, teams
-/// joined resync the connection. After the listener was down (changes may
-/// have been missed) every connected user is checked.
+/// joined resync the connection. Credential changes (a user's tokens
+/// revoked, a tenant's signing secret rotated) end the streams they affect,
+/// on every instance, as soon as the notice arrives. After the listener was
+/// down (changes may have been missed) every connected user is checked.
 async fn run_memberships(state: AppState, shutdown: Shutdown) {
     let mut subscription =
         Subscription::new(state.listen_pool.clone(), NotifyChannel::Cache, shutdown);
     let mut was_up = false;
     while let Some(event) = subscription.next().await {
         let users = match event {
-            Event::Up if was_up => state.stream.connected_users(),
+            Event::Up if was_up => {
+                for tenant_id in state.stream.connected_tenants() {
+                    check_signing_keys(&state, tenant_id).await;
+                }
+                let users = state.stream.connected_users();
+                for (tenant_id, user_id) in &users {
+                    check_revocation(&state, *tenant_id, user_id).await;
+                }
+                users
+            }
             Event::Up => {
                 was_up = true;
                 Vec::new()
             }
             Event::Down => Vec::new(),
-            Event::Notification(payload) => match MembershipsChanged::parse(&payload) {
-                Some(c) if state.stream.has_user(c.tenant_id, &c.user_id) => {
-                    vec![(c.tenant_id, c.user_id)]
+            Event::Notification(payload) => {
+                if let Some(changed) = CredentialsChanged::parse(&payload) {
+                    credentials_changed(&state, changed).await;
+                    continue;
                 }
-                _ => Vec::new(),
-            },
+                match MembershipsChanged::parse(&payload) {
+                    Some(c) if state.stream.has_user(c.tenant_id, &c.user_id) => {
+                        vec![(c.tenant_id, c.user_id)]
+                    }
+                    _ => Vec::new(),
+                }
+            }
         };
         for (tenant_id, user_id) in users {
             match team_store::list_memberships_of_user(&state.pool, tenant_id, &user_id).await {
@@ -405,6 +510,72 @@ async fn run_memberships(state: AppState, shutdown: Shutdown) {
             }
         }
     }
+}
+
+/// A credential notice: this instance's credential caches forget what
+/// changed (so requests see it at once too), and the streams it ends end.
+async fn credentials_changed(state: &AppState, changed: CredentialsChanged) {
+    match changed {
+        CredentialsChanged::UserTokensRevoked { tenant_id, user_id } => {
+            state
+                .auth_cache
+                .user_cutoffs
+                .invalidate(&(tenant_id, user_id.clone()))
+                .await;
+            if state.stream.has_user(tenant_id, &user_id) {
+                check_revocation(state, tenant_id, &user_id).await;
+            }
+        }
+        CredentialsChanged::SigningSecretRotated { tenant_id } => {
+            state
+                .auth_cache
+                .signing_secrets
+                .invalidate(&tenant_id)
+                .await;
+            check_signing_keys(state, tenant_id).await;
+        }
+    }
+}
+
+/// Ends the user's streams opened with a credential issued before the
+/// user's revocation cutoff (rounded up to whole seconds, as tokens' `iat`).
+async fn check_revocation(state: &AppState, tenant_id: Uuid, user_id: &str) {
+    match tenant_store::find_user_token_cutoff(&state.pool, tenant_id, user_id).await {
+        Ok(Some(at)) => {
+            let cutoff = at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
+            state.stream.close_revoked(tenant_id, user_id, cutoff);
+        }
+        Ok(None) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, "reading a revocation for streams failed; closing the user's streams");
+            state
+                .stream
+                .close_user(tenant_id, user_id, CloseReason::CredentialEnded);
+        }
+    }
+}
+
+/// Applies the tenant's signing secrets as stored now to its streams.
+async fn check_signing_keys(state: &AppState, tenant_id: Uuid) {
+    if !state.stream.connected_tenants().contains(&tenant_id) {
+        return;
+    }
+    let keys = match tenant_store::find_signing_keys(&state.pool, tenant_id).await {
+        Ok(Some(row)) => {
+            let mut keys = vec![(row.signing_key_id, None)];
+            if let Some(previous) = row.previous_signing_key_id {
+                let until = row.previous_signing_expires_at.map(|at| at.timestamp());
+                keys.push((previous, until));
+            }
+            keys
+        }
+        Ok(None) => Vec::new(),
+        Err(err) => {
+            tracing::warn!(error = %err, "reading signing keys for streams failed");
+            return;
+        }
+    };
+    state.stream.apply_signing_keys(tenant_id, &keys);
 }
 
 /// Marks of connected users: each change is read once per instance and sent
@@ -436,7 +607,7 @@ async fn run_marks(state: AppState, shutdown: Shutdown) {
             .await?;
             let horizon = state
                 .horizons
-                .fresh(&state.pool)
+                .fresh(&state.replicas)
                 .await?
                 .of(changed.tenant_id);
             let status = feed_store::read_status(

@@ -1,0 +1,93 @@
+// The typed REST client: `paths` is generated from openapi/openapi.json
+// (src/schema.d.ts, by scripts/gen-clients), and calls go through
+// openapi-fetch, so a path, a parameter or a body the document does not
+// declare is a compile error. Around it: the credential, bounded retries of
+// 429 and 409-in-flight, and the consistency token carried from a write to
+// the next reads.
+import createClient, { type Client, type Middleware } from "openapi-fetch";
+import type { paths } from "./schema.js";
+import { retryingFetch, type RetryOptions } from "./retry.js";
+
+export type TidingsClient = Client<paths>;
+
+/** A credential, or a function asked before each request (tokens expire). */
+export type Credential = string | (() => string | Promise<string>);
+
+export const CONSISTENCY_HEADER = "Tidings-Consistency-Token";
+
+/**
+ * The newest consistency token a write (or the stream's `marks` event)
+ * handed out. With hot standbys, a read that sends it reflects that write on
+ * any instance; without standbys the server sends none and this stays empty.
+ * One per user session: share it between the REST client and the stream.
+ */
+export class ConsistencyTokens {
+  #latest: string | undefined;
+
+  get latest(): string | undefined {
+    return this.#latest;
+  }
+
+  remember(token: string | null | undefined): void {
+    if (token) this.#latest = token;
+  }
+}
+
+/** Reads that take the token: the feed and its counts. */
+const TAKES_CONSISTENCY_TOKEN = /\/v1\/feed(\/counts)?$/;
+
+export interface ClientOptions {
+  /** Where Tidings listens, e.g. `http://127.0.0.1:8080`. */
+  baseUrl: string;
+  /** The admin token, an API key or a user token. */
+  token?: Credential;
+  /** Retries of 429 and 409-in-flight (default: 3, honouring Retry-After). */
+  retry?: RetryOptions;
+  /** Shared with a stream client, so `marks` tokens reach the next reads. */
+  consistency?: ConsistencyTokens;
+  /** Another fetch (tests, proxies). */
+  fetch?: (input: Request) => Promise<Response>;
+}
+
+export function createTidingsClient(options: ClientOptions): TidingsClient & {
+  consistency: ConsistencyTokens;
+} {
+  const base = options.fetch ?? ((input: Request) => globalThis.fetch(input));
+  const client = createClient<paths>({
+    baseUrl: options.baseUrl.replace(/\/$/, ""),
+    fetch: retryingFetch(base, options.retry),
+  });
+  const { token } = options;
+  if (token !== undefined) {
+    const auth: Middleware = {
+      async onRequest({ request }) {
+        const value = typeof token === "function" ? await token() : token;
+        request.headers.set("Authorization", `Bearer ${value}`);
+        return request;
+      },
+    };
+    client.use(auth);
+  }
+  const consistency = options.consistency ?? new ConsistencyTokens();
+  const carry: Middleware = {
+    onRequest({ request }) {
+      const latest = consistency.latest;
+      const path = new URL(request.url).pathname;
+      if (
+        latest !== undefined &&
+        request.method === "GET" &&
+        TAKES_CONSISTENCY_TOKEN.test(path) &&
+        !request.headers.has(CONSISTENCY_HEADER)
+      ) {
+        request.headers.set(CONSISTENCY_HEADER, latest);
+      }
+      return request;
+    },
+    onResponse({ response }) {
+      consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+      return response;
+    },
+  };
+  client.use(carry);
+  return Object.assign(client, { consistency });
+}

@@ -1,0 +1,171 @@
+//! Operators' view of the outbox: list deliveries by status, re-queue one.
+
+use chrono::{DateTime, Utc};
+use poem_openapi::{
+    param::{Path, Query},
+    payload::Json,
+    ApiResponse, Object, OpenApi,
+};
+use tidings_core::Position;
+use uuid::Uuid;
+
+use super::{ApiTags, ChannelName};
+use crate::{
+    app::state::AppState,
+    deliveries::{self, DeliveryRow, DeliveryStatus, RequeueError},
+    http::auth::ApiKeyAuth,
+    http::error::{ApiError, ApiResult},
+    store::paging::PageRequest,
+};
+
+pub struct DeliveriesApi {
+    pub state: AppState,
+}
+
+#[derive(Debug, Object)]
+pub struct DeliveryOut {
+    pub id: i64,
+    pub alert_id: Uuid,
+    pub recipient_id: String,
+    pub channel: ChannelName,
+    /// The notification key: the receiver's idempotency id (webhook-id).
+    pub key: String,
+    /// Webhook deliveries: the target endpoint.
+    pub endpoint_id: Option<Uuid>,
+    pub status: DeliveryStatus,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    /// Present when the delivery waited for the in-app item to be read (or
+    /// seen): what it waited on and what its last decision saw.
+    pub condition: Option<DeliveryConditionOut>,
+}
+
+/// A delayed delivery's condition and its decision. It is sent only if its
+/// in-app item is above the watermark when the decision is made and was not
+/// read one by one; skipped with `last_error` `read` or `seen` otherwise.
+#[derive(Debug, Object)]
+pub struct DeliveryConditionOut {
+    /// `read` or `seen`.
+    pub unless: String,
+    /// The feed cursor of the in-app item it follows; absent when the
+    /// recipient got none (nothing to read: the delay alone applied).
+    pub item: Option<String>,
+    /// The watermark the last decision saw, as a feed cursor (the read
+    /// watermark, or for `seen` the later of seen and read); absent until
+    /// decided.
+    pub decided_watermark: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+}
+
+impl From<DeliveryRow> for DeliveryOut {
+    fn from(r: DeliveryRow) -> Self {
+        DeliveryOut {
+            id: r.id,
+            alert_id: r.alert_id,
+            recipient_id: r.recipient_id,
+            channel: r.channel.into(),
+            key: r.notification_key,
+            endpoint_id: r.endpoint_id,
+            status: r.status,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            next_attempt_at: r.next_attempt_at,
+            sent_at: r.sent_at,
+            created_at: r.created_at,
+            condition: r.unless_mark.map(|unless| {
+                let cursor =
+                    |tx: Option<i64>, id: Option<i64>| Some(Position::new(tx?, id?).to_cursor());
+                DeliveryConditionOut {
+                    unless,
+                    item: cursor(r.item_tx, r.item_id),
+                    decided_watermark: cursor(r.decided_mark_tx, r.decided_mark_id),
+                    decided_at: r.decided_at,
+                }
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Object)]
+pub struct DeliveryPage {
+    pub data: Vec<DeliveryOut>,
+    /// Pass as `cursor` for the next page; absent when there is none (a page
+    /// has a cursor exactly when more deliveries follow).
+    pub next_cursor: Option<String>,
+}
+
+#[derive(ApiResponse)]
+pub enum DeliveryPageResponse {
+    #[oai(status = 200)]
+    Ok(Json<DeliveryPage>),
+}
+
+#[derive(ApiResponse)]
+pub enum DeliveryResponse {
+    #[oai(status = 200)]
+    Ok(Json<DeliveryOut>),
+}
+
+#[OpenApi(tag = "ApiTags::Deliveries")]
+impl DeliveriesApi {
+    /// Deliveries in id order, optionally of one status (e.g. `dead`).
+    #[oai(
+        path = "/v1/deliveries",
+        method = "get",
+        operation_id = "deliveries.list"
+    )]
+    async fn list(
+        &self,
+        auth: ApiKeyAuth,
+        status: Query<Option<DeliveryStatus>>,
+        /// `next_cursor` of the previous page (opaque).
+        cursor: Query<Option<String>>,
+        /// 1–100, default 50.
+        limit: Query<Option<u32>>,
+    ) -> ApiResult<DeliveryPageResponse> {
+        let page = PageRequest::parse(
+            cursor.0.as_deref(),
+            limit.0,
+            deliveries::DEFAULT_LIMIT,
+            deliveries::MAX_LIMIT,
+        )?;
+        let page = deliveries::list(&self.state.pool, auth.0.tenant_id, status.0, &page).await?;
+        let page = page.map(DeliveryOut::from);
+        Ok(DeliveryPageResponse::Ok(Json(DeliveryPage {
+            data: page.items,
+            next_cursor: page.next_cursor,
+        })))
+    }
+
+    /// Re-queue a `dead` or `retrying` delivery now, with a fresh attempt budget.
+    /// A `pending` one is returned as is; `sending` is 409 (a worker holds it;
+    /// `Retry-After` says when its lease ends); `sent` and `skipped` are 409
+    /// (nothing to retry).
+    #[oai(
+        path = "/v1/deliveries/:id/retry",
+        method = "post",
+        operation_id = "deliveries.retry"
+    )]
+    async fn retry(&self, auth: ApiKeyAuth, id: Path<i64>) -> ApiResult<DeliveryResponse> {
+        match deliveries::requeue(&self.state.pool, auth.0.tenant_id, *id).await {
+            Ok(row) => Ok(DeliveryResponse::Ok(Json(row.into()))),
+            Err(err @ RequeueError::NotFound) => {
+                Err(ApiError::not_found("delivery_not_found", err.to_string()))
+            }
+            Err(err @ RequeueError::InFlight { retry_after_secs }) => Err(ApiError::Conflict {
+                code: "delivery_in_flight",
+                detail: err.to_string(),
+                retry_after_secs: Some(retry_after_secs),
+            }),
+            Err(err @ RequeueError::Final(_)) => Err(ApiError::Conflict {
+                code: "delivery_not_retryable",
+                detail: err.to_string(),
+                retry_after_secs: None,
+            }),
+            Err(RequeueError::Db(db)) => Err(db.into()),
+        }
+    }
+}
