@@ -876,6 +876,62 @@ async fn event_creation_is_idempotent() {
     assert_eq!(sql::count(&pool, Rows::Events).await, 2);
 }
 
+/// The standard `Idempotency-Key` header guards an event as its body's
+/// `idempotency_key` does: a sender retrying with the header (as it does for
+/// alerts) gets the original back, not a second event. A batch refuses it
+/// rather than ignoring it.
+#[tokio::test]
+async fn the_idempotency_key_header_guards_an_event() {
+    let f = TenantFixture::spawn().await;
+    let api = f.api();
+    let pool = f.pool.clone();
+    let body = json!({"team_id": "t", "type": "x", "payload": {"n": 1}});
+    let first = api
+        .create_event(&body)
+        .idempotency_key("h-1")
+        .expect(201)
+        .await;
+    let retry = api
+        .create_event(&body)
+        .idempotency_key("h-1")
+        .expect(200)
+        .await;
+    assert_eq!(retry, first);
+    // The header and the body's field name the same key.
+    let mut with_field = body.clone();
+    with_field["idempotency_key"] = json!("h-1");
+    let same = api.create_event(&with_field).expect(200).await;
+    assert_eq!(same, first);
+    let both = api
+        .create_event(&with_field)
+        .idempotency_key("h-1")
+        .expect(200)
+        .await;
+    assert_eq!(both, first);
+    // Two different keys for one event: refused, nothing stored.
+    let problem = api
+        .create_event(&with_field)
+        .idempotency_key("h-2")
+        .problem(422)
+        .await;
+    assert_eq!(problem["code"], "conflicting_idempotency_keys");
+    // The same header key with another body: refused.
+    let other = json!({"team_id": "t", "type": "x", "payload": {"n": 2}});
+    let problem = api
+        .create_event(&other)
+        .idempotency_key("h-1")
+        .problem(422)
+        .await;
+    assert_eq!(problem["code"], "idempotency_key_reused");
+    let problem = api
+        .create_events(&json!({"events": [body]}))
+        .idempotency_key("h-3")
+        .problem(422)
+        .await;
+    assert_eq!(problem["code"], "idempotency_key_on_batch");
+    assert_eq!(sql::count(&pool, Rows::Events).await, 1);
+}
+
 /// ARCHITECTURE.md, invariant 10: every bad request is a 4xx problem and nothing
 /// stored changes.
 #[tokio::test]

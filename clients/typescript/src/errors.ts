@@ -22,6 +22,8 @@ export const PROBLEM_CODES = [
   "invalid_limit",
   "invalid_consistency_token",
   "invalid_idempotency_key",
+  "conflicting_idempotency_keys",
+  "idempotency_key_on_batch",
   "invalid_payload",
   "invalid_batch_size",
   "invalid_alert",

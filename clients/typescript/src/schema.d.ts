@@ -256,6 +256,8 @@ export interface paths {
          * Post an activity event to a team.
          * @description Stored once, however many members the team has; each member's feed finds
          *     it at read time. The answer's `cursor` is the event's feed position.
+         *     The idempotency key may come in the body's `idempotency_key` or in the
+         *     `Idempotency-Key` header, with the same meaning.
          */
         post: operations["events.create"];
         delete?: never;
@@ -276,8 +278,9 @@ export interface paths {
         /**
          * Post up to 1,000 events in one transaction.
          * @description All are stored or none; they share one transaction and so become visible
-         *     to feeds together. Idempotency keys work per event; one key reused with a
-         *     different body fails the whole batch (422).
+         *     to feeds together. Idempotency keys work per event (each event's
+         *     `idempotency_key`; an `Idempotency-Key` header is refused with 422); one
+         *     key reused with a different body fails the whole batch (422).
          */
         post: operations["events.create_batch"];
         delete?: never;
@@ -3573,7 +3576,14 @@ export interface operations {
     "events.create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The event's idempotency key, as the body's `idempotency_key` (when
+                 *     both are given they must be equal): a retry with it answers 200
+                 *     with the original event.
+                 */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };

@@ -1,11 +1,12 @@
 //! Activity events (API key): written once per team, read by every member's feed.
 
 use chrono::{DateTime, Utc};
-use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
+use poem_openapi::{param::Header, payload::Json, ApiResponse, Object, OpenApi};
 use tidings_core::{EntityId, EventType, KeyError, TeamId, UserId};
 
 use super::ApiTags;
 use crate::{
+    alerts::idempotency,
     alerts::payload::{Payload, PayloadError},
     app::state::AppState,
     feed::events::{self, EventsError, NewEvent, Posted, StoredEvent, MAX_BATCH},
@@ -152,13 +153,35 @@ impl EventsApi {
     ///
     /// Stored once, however many members the team has; each member's feed finds
     /// it at read time. The answer's `cursor` is the event's feed position.
+    /// The idempotency key may come in the body's `idempotency_key` or in the
+    /// `Idempotency-Key` header, with the same meaning.
     #[oai(path = "/v1/events", method = "post", operation_id = "events.create")]
     async fn create(
         &self,
         auth: ApiKeyAuth,
+        /// The event's idempotency key, as the body's `idempotency_key` (when
+        /// both are given they must be equal): a retry with it answers 200
+        /// with the original event.
+        #[oai(name = "Idempotency-Key")]
+        idempotency_key: Header<Option<String>>,
         body: Json<EventIn>,
     ) -> ApiResult<CreateEventResponse> {
-        let event = parse_event(body.0, None)?;
+        let mut event = body.0;
+        if let Some(header) = idempotency_key.0 {
+            match &event.idempotency_key {
+                Some(field) if *field != header => {
+                    return Err(ApiError::unprocessable(
+                        "conflicting_idempotency_keys",
+                        format!(
+                            "the {} header and the body's idempotency_key differ",
+                            idempotency::HEADER
+                        ),
+                    ))
+                }
+                _ => event.idempotency_key = Some(header),
+            }
+        }
+        let event = parse_event(event, None)?;
         let mut posted = insert(&self.state, auth, &[event]).await?;
         let token = posted.token.map(|t| t.to_string());
         let stored = posted
@@ -175,8 +198,9 @@ impl EventsApi {
     /// Post up to 1,000 events in one transaction.
     ///
     /// All are stored or none; they share one transaction and so become visible
-    /// to feeds together. Idempotency keys work per event; one key reused with a
-    /// different body fails the whole batch (422).
+    /// to feeds together. Idempotency keys work per event (each event's
+    /// `idempotency_key`; an `Idempotency-Key` header is refused with 422); one
+    /// key reused with a different body fails the whole batch (422).
     #[oai(
         path = "/v1/events/batch",
         method = "post",
@@ -185,8 +209,20 @@ impl EventsApi {
     async fn create_batch(
         &self,
         auth: ApiKeyAuth,
+        request: &poem::Request,
         body: Json<EventBatchIn>,
     ) -> ApiResult<CreateBatchResponse> {
+        // One header cannot guard many events, and ignoring it would let a
+        // sender believe its retries were safe.
+        if request.headers().contains_key(idempotency::HEADER) {
+            return Err(ApiError::unprocessable(
+                "idempotency_key_on_batch",
+                format!(
+                    "a batch takes no {} header: give each event its own idempotency_key",
+                    idempotency::HEADER
+                ),
+            ));
+        }
         let count = body.events.len();
         if count == 0 || count > MAX_BATCH {
             return Err(ApiError::unprocessable(
