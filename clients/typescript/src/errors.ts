@@ -5,7 +5,9 @@
 // still becomes a TidingsError, with the code of its status.
 import type { components } from "./schema.js";
 
-/** The stable machine-readable codes the server puts in `Problem.code`. */
+/** The stable machine-readable codes the server puts in `Problem.code`:
+ * the document's `ProblemCode` enum as a value, so a client can check one at
+ * run time. The compiler keeps the two equal (below). */
 export const PROBLEM_CODES = [
   // The request itself
   "invalid_request",
@@ -29,6 +31,7 @@ export const PROBLEM_CODES = [
   "invalid_alert",
   "alert_too_large",
   "invalid_channel",
+  "invalid_delivery",
   "invalid_category",
   "unknown_category",
   "invalid_preferences",
@@ -75,12 +78,17 @@ export const PROBLEM_CODES = [
   "database_timeout",
   "inbox_core_missing",
   "internal",
-] as const;
+] as const satisfies readonly components["schemas"]["ProblemCode"][];
 
-export type ProblemCode = (typeof PROBLEM_CODES)[number];
+export type ProblemCode = components["schemas"]["ProblemCode"];
 
-/** The problem body as the server documents it, with `code` narrowed. */
-export type Problem = Omit<components["schemas"]["Problem"], "code"> & { code: ProblemCode };
+// Fails to compile when the document has a code the list above lacks.
+type Unlisted = Exclude<ProblemCode, (typeof PROBLEM_CODES)[number]>;
+const everyCodeListed: [Unlisted] extends [never] ? true : Unlisted = true;
+void everyCodeListed;
+
+/** The problem body as the server documents it. */
+export type Problem = components["schemas"]["Problem"];
 
 const KNOWN_CODES: ReadonlySet<string> = new Set(PROBLEM_CODES);
 

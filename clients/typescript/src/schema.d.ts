@@ -1552,8 +1552,7 @@ export interface components {
             status: number;
             /** @description Human-readable explanation of this occurrence. */
             detail?: string;
-            /** @description Stable machine-readable code, e.g. `invalid_cursor`. */
-            code: string;
+            code: components["schemas"]["ProblemCode"];
             /**
              * @description This occurrence: `urn:tidings:request:<id>`, where `<id>` is the
              *     request's `X-Request-Id` (the one sent, or the one the server made up
@@ -1562,6 +1561,14 @@ export interface components {
              */
             instance: string | null;
         };
+        /**
+         * @description The stable machine-readable code of a problem: what a client
+         *     matches on (the title and detail are for people). The list is
+         *     closed: a code the server sends is one of these, and the
+         *     published document lists them all.
+         * @enum {string}
+         */
+        ProblemCode: "invalid_request" | "unreadable_body" | "nul_character" | "payload_too_large" | "body_timeout" | "unsupported_media_type" | "method_not_allowed" | "not_found" | "invalid_id" | "invalid_cursor" | "conflicting_cursors" | "invalid_limit" | "invalid_consistency_token" | "invalid_idempotency_key" | "conflicting_idempotency_keys" | "idempotency_key_on_batch" | "invalid_payload" | "invalid_batch_size" | "invalid_alert" | "alert_too_large" | "invalid_channel" | "invalid_delivery" | "invalid_category" | "unknown_category" | "invalid_preferences" | "invalid_template" | "invalid_locale" | "invalid_timezone" | "invalid_email" | "invalid_display_name" | "invalid_ttl" | "invalid_retention" | "invalid_rate_limit" | "invalid_webhook_endpoint" | "webhook_url_refused" | "not_one_click" | "too_many_individual_reads" | "unauthorized" | "forbidden" | "tenant_not_found" | "api_key_not_found" | "user_not_found" | "membership_not_found" | "item_not_found" | "alert_not_found" | "delivery_not_found" | "webhook_endpoint_not_found" | "category_not_found" | "template_not_found" | "unsubscribe_link_not_found" | "idempotency_key_in_flight" | "idempotency_key_reused" | "entity_busy" | "delivery_in_flight" | "delivery_not_retryable" | "event_type_in_another_category" | "membership_limit" | "webhook_endpoint_limit" | "rate_limited" | "overloaded" | "unavailable" | "database_timeout" | "inbox_core_missing" | "internal";
         /**
          * RateIn
          * @description One token bucket: `per_second` tokens added per second (0: unlimited), at

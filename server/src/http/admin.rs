@@ -9,7 +9,7 @@ use crate::{
     app::config::Rate,
     app::state::AppState,
     http::auth::AdminAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store,
     tenants::limits::{BucketKind, TenantRates},
     tenants::{self, TenantError},
@@ -219,7 +219,7 @@ impl AdminApi {
             Ok(KeyRevoked::Revoked)
         } else {
             Err(ApiError::not_found(
-                "api_key_not_found",
+                ProblemCode::ApiKeyNotFound,
                 "no such unrevoked key for this tenant",
             ))
         }
@@ -248,7 +248,10 @@ impl AdminApi {
             .set_tenant_rates(&self.state.pool, tenant_id.0, &rates)
             .await?
         {
-            return Err(ApiError::not_found("tenant_not_found", "no such tenant"));
+            return Err(ApiError::not_found(
+                ProblemCode::TenantNotFound,
+                "no such tenant",
+            ));
         }
         Ok(TenantRateLimits::Ok(Json(
             self.rate_limits_out(tenant_id.0, &rates),
@@ -271,7 +274,7 @@ impl AdminApi {
             .limits
             .read_tenant_rates(&self.state.pool, tenant_id.0)
             .await?
-            .ok_or_else(|| ApiError::not_found("tenant_not_found", "no such tenant"))?;
+            .ok_or_else(|| ApiError::not_found(ProblemCode::TenantNotFound, "no such tenant"))?;
         Ok(TenantRateLimits::Ok(Json(
             self.rate_limits_out(tenant_id.0, &own),
         )))
@@ -292,7 +295,10 @@ impl AdminApi {
     ) -> ApiResult<FeedRetentionSet> {
         let secs = Self::feed_retention_in_range(body.feed_retention_secs)?;
         if !store::retention::set_feed_retention(&self.state.pool, tenant_id.0, secs).await? {
-            return Err(ApiError::not_found("tenant_not_found", "no such tenant"));
+            return Err(ApiError::not_found(
+                ProblemCode::TenantNotFound,
+                "no such tenant",
+            ));
         }
         Ok(FeedRetentionSet::Set(Json(FeedRetentionOut {
             tenant_id: tenant_id.0,
@@ -347,7 +353,7 @@ impl AdminApi {
             };
             if !rate.in_range() {
                 return Err(ApiError::unprocessable(
-                    "invalid_rate_limit",
+                    ProblemCode::InvalidRateLimit,
                     format!(
                         "{}: per_second must be 0 (unlimited) or {} to {}, burst 1 to {}",
                         kind.as_str(),
@@ -362,7 +368,7 @@ impl AdminApi {
         if let Some(max) = body.open_streams {
             if !(1.0..=Rate::MAX).contains(&f64::from(max)) {
                 return Err(ApiError::unprocessable(
-                    "invalid_rate_limit",
+                    ProblemCode::InvalidRateLimit,
                     format!("open_streams must be 1 to {}", Rate::MAX),
                 ));
             }
@@ -373,7 +379,7 @@ impl AdminApi {
     fn feed_retention_in_range(secs: Option<i64>) -> ApiResult<Option<i64>> {
         match secs {
             Some(s) if s < 1 => Err(ApiError::bad_request(
-                "invalid_retention",
+                ProblemCode::InvalidRetention,
                 "feed_retention_secs must be at least 1, or null for the server's default",
             )),
             other => Ok(other),
@@ -384,7 +390,7 @@ impl AdminApi {
 fn tenant_problem(err: TenantError) -> ApiError {
     match err {
         TenantError::InvalidName(invalid) => invalid.into(),
-        TenantError::NotFound => ApiError::not_found("tenant_not_found", err.to_string()),
+        TenantError::NotFound => ApiError::not_found(ProblemCode::TenantNotFound, err.to_string()),
         TenantError::Db(db) => db.into(),
     }
 }

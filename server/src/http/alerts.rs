@@ -19,7 +19,7 @@ use crate::{
     },
     app::state::AppState,
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging::PageRequest,
 };
 
@@ -231,8 +231,9 @@ impl AlertsApi {
         let idempotency = match idempotency_key.0.as_deref() {
             None => None,
             Some(raw) => Some(IdempotencyRequest {
-                key: IdempotencyKey::parse(raw)
-                    .map_err(|e| ApiError::bad_request("invalid_idempotency_key", e.to_string()))?,
+                key: IdempotencyKey::parse(raw).map_err(|e| {
+                    ApiError::bad_request(ProblemCode::InvalidIdempotencyKey, e.to_string())
+                })?,
                 path: PATH.to_owned(),
                 fingerprint: body.fingerprint()?,
             }),
@@ -290,7 +291,7 @@ impl AlertsApi {
         )?;
         let (alert, deliveries) = alerts::get(&self.state.pool, auth.0.tenant_id, *alert_id, &page)
             .await?
-            .ok_or_else(|| ApiError::not_found("alert_not_found", "no such alert"))?;
+            .ok_or_else(|| ApiError::not_found(ProblemCode::AlertNotFound, "no such alert"))?;
         Ok(AlertResponse::Ok(Json(AlertOut {
             id: alert.id,
             event_type: alert.event_type,
@@ -317,7 +318,7 @@ impl AlertsApi {
 }
 
 fn invalid_alert(err: InvalidAlert) -> ApiError {
-    ApiError::unprocessable("invalid_alert", err.to_string())
+    ApiError::unprocessable(ProblemCode::InvalidAlert, err.to_string())
 }
 
 fn submit_problem(err: SubmitError) -> ApiError {
@@ -326,15 +327,15 @@ fn submit_problem(err: SubmitError) -> ApiError {
         // Nothing was written; the lock is held by another alert's short
         // transaction, so a second is plenty.
         busy @ SubmitError::EntityBusy => ApiError::Conflict {
-            code: "entity_busy",
+            code: ProblemCode::EntityBusy,
             detail: busy.to_string(),
             retry_after_secs: Some(1),
         },
         too_large @ SubmitError::TooLarge { .. } => {
-            ApiError::unprocessable("alert_too_large", too_large.to_string())
+            ApiError::unprocessable(ProblemCode::AlertTooLarge, too_large.to_string())
         }
         unknown @ SubmitError::UnknownCategory(_) => {
-            ApiError::unprocessable("unknown_category", unknown.to_string())
+            ApiError::unprocessable(ProblemCode::UnknownCategory, unknown.to_string())
         }
         SubmitError::Db(db) => db.into(),
     }
@@ -344,14 +345,14 @@ fn submit_problem(err: SubmitError) -> ApiError {
 pub(super) fn idempotency_problem(err: IdempotencyError) -> ApiError {
     match err {
         IdempotencyError::KeyReused(_) => ApiError::unprocessable(
-            "idempotency_key_reused",
+            ProblemCode::IdempotencyKeyReused,
             format!(
                 "this {} was used with a different request",
                 idempotency::HEADER
             ),
         ),
         IdempotencyError::InFlight => ApiError::Conflict {
-            code: "idempotency_key_in_flight",
+            code: ProblemCode::IdempotencyKeyInFlight,
             detail: err.to_string(),
             retry_after_secs: Some(idempotency::IN_FLIGHT_RETRY_AFTER_SECS),
         },

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use poem::{Body, Endpoint, Middleware, Request, Result};
 
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ProblemCode};
 
 pub struct BodyLimit {
     pub max_bytes: usize,
@@ -60,7 +60,7 @@ impl<E: Endpoint> Endpoint for BodyLimitEndpoint<E> {
                 .map_err(|err| match err {
                     poem::error::ReadBodyError::PayloadTooLarge => poem::Error::from(too_large),
                     other => poem::Error::from(ApiError::bad_request(
-                        "unreadable_body",
+                        ProblemCode::UnreadableBody,
                         other.to_string(),
                     )),
                 })?;

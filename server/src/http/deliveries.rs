@@ -14,7 +14,7 @@ use crate::{
     app::state::AppState,
     deliveries::{self, DeliveryRow, DeliveryStatus, RequeueError},
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging::PageRequest,
 };
 
@@ -152,16 +152,17 @@ impl DeliveriesApi {
     async fn retry(&self, auth: ApiKeyAuth, id: Path<i64>) -> ApiResult<DeliveryResponse> {
         match deliveries::requeue(&self.state.pool, auth.0.tenant_id, *id).await {
             Ok(row) => Ok(DeliveryResponse::Ok(Json(row.into()))),
-            Err(err @ RequeueError::NotFound) => {
-                Err(ApiError::not_found("delivery_not_found", err.to_string()))
-            }
+            Err(err @ RequeueError::NotFound) => Err(ApiError::not_found(
+                ProblemCode::DeliveryNotFound,
+                err.to_string(),
+            )),
             Err(err @ RequeueError::InFlight { retry_after_secs }) => Err(ApiError::Conflict {
-                code: "delivery_in_flight",
+                code: ProblemCode::DeliveryInFlight,
                 detail: err.to_string(),
                 retry_after_secs: Some(retry_after_secs),
             }),
             Err(err @ RequeueError::Final(_)) => Err(ApiError::Conflict {
-                code: "delivery_not_retryable",
+                code: ProblemCode::DeliveryNotRetryable,
                 detail: err.to_string(),
                 retry_after_secs: None,
             }),

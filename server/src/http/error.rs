@@ -12,13 +12,133 @@ use poem_openapi::{
     ApiResponse, Object,
 };
 
+/// Declares [`ProblemCode`]: each variant with the text clients match on.
+macro_rules! problem_codes {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal,)*) => {
+        /// The stable machine-readable code of a problem: what a client
+        /// matches on (the title and detail are for people). The list is
+        /// closed: a code the server sends is one of these, and the
+        /// published document lists them all.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, poem_openapi::Enum)]
+        pub enum ProblemCode {
+            $($(#[$doc])* #[oai(rename = $code)] $variant,)*
+        }
+
+        impl ProblemCode {
+            pub const ALL: &'static [ProblemCode] = &[$(ProblemCode::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ProblemCode::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+problem_codes! {
+    // The request itself.
+    /// A parameter or body the framework could not parse (wrong type, unknown field).
+    InvalidRequest = "invalid_request",
+    /// The body is not valid JSON.
+    UnreadableBody = "unreadable_body",
+    /// A JSON string or key holds U+0000, which PostgreSQL cannot store.
+    NulCharacter = "nul_character",
+    /// The body, or a payload in it, is over its size limit.
+    PayloadTooLarge = "payload_too_large",
+    /// The body did not arrive within the body timeout.
+    BodyTimeout = "body_timeout",
+    /// The body is not `application/json`.
+    UnsupportedMediaType = "unsupported_media_type",
+    MethodNotAllowed = "method_not_allowed",
+    /// No such route.
+    NotFound = "not_found",
+    /// An id (team, user, type, key…) that is empty, too long or holds control characters.
+    InvalidId = "invalid_id",
+    InvalidCursor = "invalid_cursor",
+    /// `before` and `after` given together.
+    ConflictingCursors = "conflicting_cursors",
+    InvalidLimit = "invalid_limit",
+    InvalidConsistencyToken = "invalid_consistency_token",
+    InvalidIdempotencyKey = "invalid_idempotency_key",
+    /// An event's `Idempotency-Key` header and its body's `idempotency_key` differ.
+    ConflictingIdempotencyKeys = "conflicting_idempotency_keys",
+    /// A batch of events takes keys per event, not an `Idempotency-Key` header.
+    IdempotencyKeyOnBatch = "idempotency_key_on_batch",
+    /// A payload that is not a JSON object.
+    InvalidPayload = "invalid_payload",
+    InvalidBatchSize = "invalid_batch_size",
+    InvalidAlert = "invalid_alert",
+    AlertTooLarge = "alert_too_large",
+    InvalidChannel = "invalid_channel",
+    /// A `delivery` rule (delay, condition) that is not valid.
+    InvalidDelivery = "invalid_delivery",
+    InvalidCategory = "invalid_category",
+    UnknownCategory = "unknown_category",
+    InvalidPreferences = "invalid_preferences",
+    /// A template that does not parse, uses an unknown filter or runs out of fuel.
+    InvalidTemplate = "invalid_template",
+    InvalidLocale = "invalid_locale",
+    InvalidTimezone = "invalid_timezone",
+    InvalidEmail = "invalid_email",
+    InvalidDisplayName = "invalid_display_name",
+    InvalidTtl = "invalid_ttl",
+    InvalidRetention = "invalid_retention",
+    InvalidRateLimit = "invalid_rate_limit",
+    InvalidWebhookEndpoint = "invalid_webhook_endpoint",
+    /// A webhook URL whose host is refused (private, loopback, translated spellings).
+    WebhookUrlRefused = "webhook_url_refused",
+    /// An unsubscribe POST without the RFC 8058 body.
+    NotOneClick = "not_one_click",
+    TooManyIndividualReads = "too_many_individual_reads",
+    // Credentials.
+    Unauthorized = "unauthorized",
+    Forbidden = "forbidden",
+    // Resources that do not exist in the tenant.
+    TenantNotFound = "tenant_not_found",
+    ApiKeyNotFound = "api_key_not_found",
+    UserNotFound = "user_not_found",
+    MembershipNotFound = "membership_not_found",
+    ItemNotFound = "item_not_found",
+    AlertNotFound = "alert_not_found",
+    DeliveryNotFound = "delivery_not_found",
+    WebhookEndpointNotFound = "webhook_endpoint_not_found",
+    CategoryNotFound = "category_not_found",
+    TemplateNotFound = "template_not_found",
+    UnsubscribeLinkNotFound = "unsubscribe_link_not_found",
+    // Conflicts and limits of the tenant's data.
+    IdempotencyKeyInFlight = "idempotency_key_in_flight",
+    IdempotencyKeyReused = "idempotency_key_reused",
+    /// Another alert for the same entity is being written.
+    EntityBusy = "entity_busy",
+    DeliveryInFlight = "delivery_in_flight",
+    DeliveryNotRetryable = "delivery_not_retryable",
+    EventTypeInAnotherCategory = "event_type_in_another_category",
+    MembershipLimit = "membership_limit",
+    WebhookEndpointLimit = "webhook_endpoint_limit",
+    // Capacity and the server's state.
+    RateLimited = "rate_limited",
+    Overloaded = "overloaded",
+    /// The database (its primary, during a failover) cannot be reached.
+    Unavailable = "unavailable",
+    DatabaseTimeout = "database_timeout",
+    /// The binary was built without the WebAssembly core the inbox page runs.
+    InboxCoreMissing = "inbox_core_missing",
+    Internal = "internal",
+}
+
+impl std::fmt::Display for ProblemCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// RFC 9457 problem details, plus our stable machine-readable `code`.
-#[derive(Debug, Clone, Object, serde::Deserialize)]
+#[derive(Debug, Clone, Object)]
 #[oai(example)]
 pub struct Problem {
     /// URI reference naming the problem type: `urn:tidings:problem:<code>`.
     #[oai(rename = "type")]
-    #[serde(rename = "type")]
     pub type_uri: String,
     /// Short, human-readable summary of the problem type.
     pub title: String,
@@ -27,14 +147,12 @@ pub struct Problem {
     /// Human-readable explanation of this occurrence.
     #[oai(skip_serializing_if_is_none)]
     pub detail: Option<String>,
-    /// Stable machine-readable code, e.g. `invalid_cursor`.
-    pub code: String,
+    pub code: ProblemCode,
     /// This occurrence: `urn:tidings:request:<id>`, where `<id>` is the
     /// request's `X-Request-Id` (the one sent, or the one the server made up
     /// and answered with). Quote it when reporting a problem: the server's log
     /// lines of the request carry the same id.
     #[oai(skip_serializing_if_is_none)]
-    #[serde(default)]
     pub instance: Option<String>,
 }
 
@@ -47,7 +165,7 @@ impl poem_openapi::types::Example for Problem {
             instance: Some("urn:tidings:request:0193a5c2-7b1e-7c3d-9f4a-2b6e8d1c0f57".into()),
             ..Problem::new(
                 StatusCode::BAD_REQUEST,
-                "invalid_cursor",
+                ProblemCode::InvalidCursor,
                 Some("cursor is not valid base64url".into()),
             )
         }
@@ -55,13 +173,13 @@ impl poem_openapi::types::Example for Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, code: &str, detail: Option<String>) -> Self {
+    pub fn new(status: StatusCode, code: ProblemCode, detail: Option<String>) -> Self {
         Problem {
             type_uri: format!("urn:tidings:problem:{code}"),
             title: status.canonical_reason().unwrap_or("Error").to_string(),
             status: status.as_u16(),
             detail,
-            code: code.to_string(),
+            code,
             instance: crate::http::request_id::RequestId::current().map(|id| id.instance()),
         }
     }
@@ -89,7 +207,7 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 pub enum ApiError {
     /// The request is malformed: unparsable, out of range, bad cursor.
     #[error("{detail}")]
-    BadRequest { code: &'static str, detail: String },
+    BadRequest { code: ProblemCode, detail: String },
     /// Missing, malformed, expired or unknown credential.
     #[error("{detail}")]
     Unauthorized { detail: String },
@@ -97,11 +215,11 @@ pub enum ApiError {
     #[error("{detail}")]
     Forbidden { detail: String },
     #[error("{detail}")]
-    NotFound { code: &'static str, detail: String },
+    NotFound { code: ProblemCode, detail: String },
     /// The request conflicts with work in flight; retry after the given seconds.
     #[error("{detail}")]
     Conflict {
-        code: &'static str,
+        code: ProblemCode,
         detail: String,
         retry_after_secs: Option<u64>,
     },
@@ -112,7 +230,7 @@ pub enum ApiError {
     BodyTimeout { secs: u64 },
     /// Well-formed but semantically invalid (e.g. idempotency key reused with another body).
     #[error("{detail}")]
-    Unprocessable { code: &'static str, detail: String },
+    Unprocessable { code: ProblemCode, detail: String },
     #[error("the database is unavailable")]
     Unavailable,
     /// A statement ran past `statement_timeout`, or waited past `lock_timeout`.
@@ -138,19 +256,19 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn bad_request(code: ProblemCode, detail: impl Into<String>) -> Self {
         ApiError::BadRequest {
             code,
             detail: detail.into(),
         }
     }
-    pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn unprocessable(code: ProblemCode, detail: impl Into<String>) -> Self {
         ApiError::Unprocessable {
             code,
             detail: detail.into(),
         }
     }
-    pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn not_found(code: ProblemCode, detail: impl Into<String>) -> Self {
         ApiError::NotFound {
             code,
             detail: detail.into(),
@@ -185,21 +303,21 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ProblemCode {
         match self {
             ApiError::BadRequest { code, .. }
             | ApiError::NotFound { code, .. }
             | ApiError::Conflict { code, .. }
-            | ApiError::Unprocessable { code, .. } => code,
-            ApiError::Unauthorized { .. } => "unauthorized",
-            ApiError::Forbidden { .. } => "forbidden",
-            ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::BodyTimeout { .. } => "body_timeout",
-            ApiError::Unavailable => "unavailable",
-            ApiError::DatabaseTimeout => "database_timeout",
-            ApiError::RateLimited { .. } => "rate_limited",
-            ApiError::Overloaded { .. } => "overloaded",
-            ApiError::Internal(_) => "internal",
+            | ApiError::Unprocessable { code, .. } => *code,
+            ApiError::Unauthorized { .. } => ProblemCode::Unauthorized,
+            ApiError::Forbidden { .. } => ProblemCode::Forbidden,
+            ApiError::PayloadTooLarge { .. } => ProblemCode::PayloadTooLarge,
+            ApiError::BodyTimeout { .. } => ProblemCode::BodyTimeout,
+            ApiError::Unavailable => ProblemCode::Unavailable,
+            ApiError::DatabaseTimeout => ProblemCode::DatabaseTimeout,
+            ApiError::RateLimited { .. } => ProblemCode::RateLimited,
+            ApiError::Overloaded { .. } => ProblemCode::Overloaded,
+            ApiError::Internal(_) => ProblemCode::Internal,
         }
     }
 
@@ -351,18 +469,22 @@ pub async fn problem_from_poem_error(err: poem::Error) -> Response {
     }
     let status = err.status();
     let code = match status {
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
-        StatusCode::UNAUTHORIZED => "unauthorized",
-        StatusCode::FORBIDDEN => "forbidden",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::NOT_FOUND => ProblemCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ProblemCode::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => ProblemCode::PayloadTooLarge,
+        StatusCode::UNAUTHORIZED => ProblemCode::Unauthorized,
+        StatusCode::FORBIDDEN => ProblemCode::Forbidden,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ProblemCode::UnsupportedMediaType,
         s if s.is_server_error() => {
             tracing::error!(error = %err, "unhandled server error");
-            return Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
-                .into_response(&[]);
+            return Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ProblemCode::Internal,
+                None,
+            )
+            .into_response(&[]);
         }
-        _ => "invalid_request",
+        _ => ProblemCode::InvalidRequest,
     };
     let detail = match status {
         StatusCode::NOT_FOUND => "no such route".to_string(),
@@ -454,14 +576,14 @@ impl From<crate::tenants::limits::AdmitError> for ApiError {
 /// An id that breaks the core's rules (empty, over 255 bytes, control characters).
 impl From<tidings_core::KeyError> for ApiError {
     fn from(err: tidings_core::KeyError) -> Self {
-        ApiError::bad_request("invalid_id", err.to_string())
+        ApiError::bad_request(ProblemCode::InvalidId, err.to_string())
     }
 }
 
 /// A cursor that does not decode: garbage, truncated or tampered with.
 impl From<tidings_core::CursorError> for ApiError {
     fn from(err: tidings_core::CursorError) -> Self {
-        ApiError::bad_request("invalid_cursor", err.to_string())
+        ApiError::bad_request(ProblemCode::InvalidCursor, err.to_string())
     }
 }
 
@@ -469,9 +591,30 @@ impl From<tidings_core::CursorError> for ApiError {
 impl From<crate::store::paging::PagingError> for ApiError {
     fn from(err: crate::store::paging::PagingError) -> Self {
         let code = match err {
-            crate::store::paging::PagingError::Limit { .. } => "invalid_limit",
-            crate::store::paging::PagingError::Cursor => "invalid_cursor",
+            crate::store::paging::PagingError::Limit { .. } => ProblemCode::InvalidLimit,
+            crate::store::paging::PagingError::Cursor => ProblemCode::InvalidCursor,
         };
         ApiError::bad_request(code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_codes_are_distinct_snake_case_words() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ProblemCode::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} twice");
+            assert!(
+                !text.is_empty() && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{text}"
+            );
+            // The problem's type names its code.
+            let problem = Problem::new(StatusCode::BAD_REQUEST, *code, None);
+            assert_eq!(problem.type_uri, format!("urn:tidings:problem:{text}"));
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::{
     alerts::delivery::{self, ChannelRule, DeliveryRules, InvalidRules},
     app::state::AppState,
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
 };
 
 pub struct EventTypesApi {
@@ -76,7 +76,7 @@ impl DeliveryRulesIn {
 }
 
 pub fn invalid_rules(err: InvalidRules) -> ApiError {
-    ApiError::unprocessable("invalid_delivery", err.to_string())
+    ApiError::unprocessable(ProblemCode::InvalidDelivery, err.to_string())
 }
 
 #[derive(ApiResponse)]

@@ -11,7 +11,7 @@ use crate::{
     app::state::AppState,
     feed::events::{self, EventsError, NewEvent, Posted, StoredEvent, MAX_BATCH},
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
 };
 
 pub struct EventsApi {
@@ -171,7 +171,7 @@ impl EventsApi {
             match &event.idempotency_key {
                 Some(field) if *field != header => {
                     return Err(ApiError::unprocessable(
-                        "conflicting_idempotency_keys",
+                        ProblemCode::ConflictingIdempotencyKeys,
                         format!(
                             "the {} header and the body's idempotency_key differ",
                             idempotency::HEADER
@@ -216,7 +216,7 @@ impl EventsApi {
         // sender believe its retries were safe.
         if request.headers().contains_key(idempotency::HEADER) {
             return Err(ApiError::unprocessable(
-                "idempotency_key_on_batch",
+                ProblemCode::IdempotencyKeyOnBatch,
                 format!(
                     "a batch takes no {} header: give each event its own idempotency_key",
                     idempotency::HEADER
@@ -226,7 +226,7 @@ impl EventsApi {
         let count = body.events.len();
         if count == 0 || count > MAX_BATCH {
             return Err(ApiError::unprocessable(
-                "invalid_batch_size",
+                ProblemCode::InvalidBatchSize,
                 format!("a batch holds 1..={MAX_BATCH} events; got {count}"),
             ));
         }
@@ -260,7 +260,7 @@ async fn insert(state: &AppState, auth: ApiKeyAuth, events: &[NewEvent]) -> ApiR
         .await
         .map_err(|err| match err {
             EventsError::KeyReused { .. } => {
-                ApiError::unprocessable("idempotency_key_reused", err.to_string())
+                ApiError::unprocessable(ProblemCode::IdempotencyKeyReused, err.to_string())
             }
             EventsError::Db(db) => db.into(),
         })
@@ -274,7 +274,7 @@ fn parse_event(event: EventIn, index: Option<usize>) -> Result<NewEvent, ApiErro
         None => field.to_string(),
     };
     let bad_id = |field: &str, err: KeyError| {
-        ApiError::bad_request("invalid_id", format!("{}: {err}", at(field)))
+        ApiError::bad_request(ProblemCode::InvalidId, format!("{}: {err}", at(field)))
     };
     let team_id = TeamId::parse(event.team_id).map_err(|e| bad_id("team_id", e))?;
     let event_type =
@@ -295,8 +295,8 @@ fn parse_event(event: EventIn, index: Option<usize>) -> Result<NewEvent, ApiErro
     }
     let payload = Payload::parse(event.payload).map_err(|err| {
         let code = match err {
-            PayloadError::NotAnObject => "invalid_payload",
-            PayloadError::TooLarge { .. } => "payload_too_large",
+            PayloadError::NotAnObject => ProblemCode::InvalidPayload,
+            PayloadError::TooLarge { .. } => ProblemCode::PayloadTooLarge,
         };
         ApiError::unprocessable(code, format!("{} {err}", at("payload")))
     })?;
@@ -387,11 +387,11 @@ mod tests {
     fn problems_name_the_event_of_a_batch_and_the_field() {
         let mut bad = event(serde_json::json!([1]));
         let err = parse_event(bad.clone(), Some(3)).unwrap_err();
-        assert_eq!(err.code(), "invalid_payload");
+        assert_eq!(err.code(), ProblemCode::InvalidPayload);
         assert_eq!(err.to_string(), "events[3].payload must be a JSON object");
         bad.team_id = String::new();
         let err = parse_event(bad, None).unwrap_err();
-        assert_eq!(err.code(), "invalid_id");
+        assert_eq!(err.code(), ProblemCode::InvalidId);
         assert_eq!(err.to_string(), "team_id: team_id must not be empty");
     }
 }

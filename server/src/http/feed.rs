@@ -21,7 +21,7 @@ use crate::{
     db::replicas::Lsn,
     feed::{self, Badges, FeedError, FeedItem, FeedStatus, Mark, Marked, PageFrom, Source},
     http::auth::{UserCtx, UserTokenAuth},
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging,
 };
 
@@ -268,7 +268,7 @@ fn consistency_token(header: Option<&str>) -> ApiResult<Option<Lsn>> {
         .map(|h| {
             h.parse::<Lsn>().map_err(|e| {
                 ApiError::bad_request(
-                    "invalid_consistency_token",
+                    ProblemCode::InvalidConsistencyToken,
                     format!("Tidings-Consistency-Token: {e}"),
                 )
             })
@@ -313,7 +313,7 @@ impl FeedApi {
         let from = match (before.0.as_deref(), after.0.as_deref()) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::bad_request(
-                    "conflicting_cursors",
+                    ProblemCode::ConflictingCursors,
                     "pass either before or after, not both",
                 ))
             }
@@ -437,9 +437,11 @@ impl FeedApi {
 
 fn feed_problem(err: FeedError) -> ApiError {
     match err {
-        FeedError::ItemNotFound(_) => ApiError::not_found("item_not_found", err.to_string()),
+        FeedError::ItemNotFound(_) => {
+            ApiError::not_found(ProblemCode::ItemNotFound, err.to_string())
+        }
         FeedError::TooManyIndividualReads(full) => {
-            ApiError::unprocessable("too_many_individual_reads", full.to_string())
+            ApiError::unprocessable(ProblemCode::TooManyIndividualReads, full.to_string())
         }
         FeedError::Db(db) => db.into(),
     }

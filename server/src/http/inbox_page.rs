@@ -14,7 +14,7 @@ use poem::{
     IntoResponse, Response, Route,
 };
 
-use crate::http::error::Problem;
+use crate::http::error::{Problem, ProblemCode};
 
 mod core_files {
     include!(concat!(env!("OUT_DIR"), "/inbox_core.rs"));
@@ -153,7 +153,7 @@ static CORE_WASM: Asset = Asset::new(
 fn missing_core() -> Response {
     Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "inbox_core_missing",
+        ProblemCode::InboxCoreMissing,
         Some(
             "this binary was built without the WebAssembly core: run scripts/build-wasm, then rebuild"
                 .into(),

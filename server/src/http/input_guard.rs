@@ -15,7 +15,7 @@ use poem::{Body, Endpoint, Middleware, Request, Result};
 
 use crate::{
     alerts::idempotency::{self, IdempotencyKey},
-    http::error::ApiError,
+    http::error::{ApiError, ProblemCode},
     http::json_nul,
 };
 
@@ -41,10 +41,15 @@ impl<E: Endpoint> Endpoint for InputGuardEndpoint<E> {
         let body = req.take_body();
         if !body.is_empty() {
             let bytes = body.into_bytes().await.map_err(|err| {
-                poem::Error::from(ApiError::bad_request("unreadable_body", err.to_string()))
+                poem::Error::from(ApiError::bad_request(
+                    ProblemCode::UnreadableBody,
+                    err.to_string(),
+                ))
             })?;
             if let Some(nul) = json_nul::find_nul(&bytes) {
-                return Err(ApiError::unprocessable("nul_character", nul.to_string()).into());
+                return Err(
+                    ApiError::unprocessable(ProblemCode::NulCharacter, nul.to_string()).into(),
+                );
             }
             req.set_body(Body::from_bytes(bytes));
         }
@@ -57,7 +62,8 @@ fn check_idempotency_header(req: &Request) -> Result<(), ApiError> {
     let Some(first) = values.next() else {
         return Ok(());
     };
-    let invalid = |detail: String| ApiError::bad_request("invalid_idempotency_key", detail);
+    let invalid =
+        |detail: String| ApiError::bad_request(ProblemCode::InvalidIdempotencyKey, detail);
     if values.next().is_some() {
         return Err(invalid(format!(
             "{} was given more than once",

@@ -13,7 +13,7 @@ use crate::{
     },
     app::state::AppState,
     http::auth::{ApiKeyAuth, UserTokenAuth},
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::preferences::{self as store, CategoryRow},
 };
 
@@ -362,7 +362,7 @@ pub enum DefaultsResponse {
 }
 
 fn invalid(detail: impl Into<String>) -> ApiError {
-    ApiError::unprocessable("invalid_preferences", detail)
+    ApiError::unprocessable(ProblemCode::InvalidPreferences, detail)
 }
 
 /// Whose rows a body writes: user rows cannot be locked; PUT rows need a
@@ -414,12 +414,12 @@ fn parse_rows(body: &SettingsIn, writing: Writing) -> ApiResult<Vec<SettingChang
 fn category_problem(err: PreferencesError) -> ApiError {
     match err {
         taken @ PreferencesError::EventTypeTaken { .. } => ApiError::Conflict {
-            code: "event_type_in_another_category",
+            code: ProblemCode::EventTypeInAnotherCategory,
             detail: taken.to_string(),
             retry_after_secs: None,
         },
         unknown @ PreferencesError::UnknownCategory(_) => {
-            ApiError::not_found("category_not_found", unknown.to_string())
+            ApiError::not_found(ProblemCode::CategoryNotFound, unknown.to_string())
         }
         PreferencesError::Db(db) => db.into(),
     }
@@ -471,13 +471,13 @@ impl PreferencesApi {
         if label.is_empty() || label.len() > MAX_LABEL_BYTES || label.chars().any(char::is_control)
         {
             return Err(ApiError::unprocessable(
-                "invalid_category",
+                ProblemCode::InvalidCategory,
                 "label must be 1 to 255 bytes without control characters",
             ));
         }
         if body.event_types.len() > MAX_ROWS {
             return Err(ApiError::unprocessable(
-                "invalid_category",
+                ProblemCode::InvalidCategory,
                 format!("at most {MAX_ROWS} event types per category"),
             ));
         }
@@ -527,7 +527,9 @@ impl PreferencesApi {
         tidings_core::validate_id("key", &key.0)?;
         let row = store::get_category(&self.state.pool, auth.0.tenant_id, &key.0)
             .await?
-            .ok_or_else(|| ApiError::not_found("category_not_found", "no such category"))?;
+            .ok_or_else(|| {
+                ApiError::not_found(ProblemCode::CategoryNotFound, "no such category")
+            })?;
         Ok(CategoryResponse::Ok(Json((&row).into())))
     }
 

@@ -16,7 +16,7 @@ use crate::{
     app::state::AppState,
     feed::teams::{self, MemberRow},
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging::PageRequest,
 };
 
@@ -126,7 +126,7 @@ impl TeamsApi {
             .await
             .map_err(|err| match err {
                 err @ teams::AddMemberError::TooMany { .. } => {
-                    ApiError::unprocessable("membership_limit", err.to_string())
+                    ApiError::unprocessable(ProblemCode::MembershipLimit, err.to_string())
                 }
                 teams::AddMemberError::Db(db) => db.into(),
             })?;
@@ -163,7 +163,7 @@ impl TeamsApi {
             ))
         } else {
             Err(ApiError::not_found(
-                "membership_not_found",
+                ProblemCode::MembershipNotFound,
                 format!(
                     "{:?} is not a member of team {:?}",
                     user.as_str(),

@@ -21,7 +21,7 @@ use crate::{
     },
     app::state::AppState,
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging::PageRequest,
 };
 
@@ -244,10 +244,14 @@ pub enum SettingsResponse {
 impl From<TemplateError> for ApiError {
     fn from(err: TemplateError) -> Self {
         match err {
-            TemplateError::Invalid(e) => ApiError::unprocessable("invalid_template", e.to_string()),
-            TemplateError::BadInput(detail) => ApiError::unprocessable("invalid_template", detail),
+            TemplateError::Invalid(e) => {
+                ApiError::unprocessable(ProblemCode::InvalidTemplate, e.to_string())
+            }
+            TemplateError::BadInput(detail) => {
+                ApiError::unprocessable(ProblemCode::InvalidTemplate, detail)
+            }
             TemplateError::NotFound => ApiError::not_found(
-                "template_not_found",
+                ProblemCode::TemplateNotFound,
                 "no template for this event type, channel and locale",
             ),
             TemplateError::Database(e) => e.into(),
@@ -261,7 +265,7 @@ fn parse_channel(text: &str) -> ApiResult<TemplateChannel> {
         "email" => Ok(TemplateChannel::Email),
         "in_app" => Ok(TemplateChannel::InApp),
         other => Err(ApiError::unprocessable(
-            "invalid_channel",
+            ProblemCode::InvalidChannel,
             format!("templates are for channels email and in_app, not {other:?}"),
         )),
     }
@@ -270,12 +274,12 @@ fn parse_channel(text: &str) -> ApiResult<TemplateChannel> {
 fn parse_locale(text: Option<&str>) -> ApiResult<Option<Locale>> {
     text.map(Locale::parse)
         .transpose()
-        .map_err(|e| ApiError::unprocessable("invalid_locale", e.to_string()))
+        .map_err(|e| ApiError::unprocessable(ProblemCode::InvalidLocale, e.to_string()))
 }
 
 fn missing(field: &str, channel: &str) -> ApiError {
     ApiError::unprocessable(
-        "invalid_template",
+        ProblemCode::InvalidTemplate,
         format!("{field} is required for a {channel} template"),
     )
 }
@@ -287,7 +291,7 @@ fn content_of(channel: TemplateChannel, body: TemplateIn) -> ApiResult<Content> 
         TemplateChannel::Email => {
             if body.title.is_some() || body.body.is_some() || body.action_url.is_some() {
                 return Err(ApiError::unprocessable(
-                    "invalid_template",
+                    ProblemCode::InvalidTemplate,
                     "title, body and action_url are in-app fields; email has subject, html, text",
                 ));
             }
@@ -308,7 +312,7 @@ fn content_of(channel: TemplateChannel, body: TemplateIn) -> ApiResult<Content> 
                 || body.format.is_some()
             {
                 return Err(ApiError::unprocessable(
-                    "invalid_template",
+                    ProblemCode::InvalidTemplate,
                     "subject, html, text and format are email fields; in-app has title, body, action_url",
                 ));
             }
@@ -326,7 +330,7 @@ fn sample_payload(sample: Option<serde_json::Value>) -> ApiResult<serde_json::Va
         None => Ok(serde_json::json!({})),
         Some(value @ serde_json::Value::Object(_)) => Ok(value),
         Some(_) => Err(ApiError::unprocessable(
-            "invalid_template",
+            ProblemCode::InvalidTemplate,
             "sample must be a JSON object (the payload)",
         )),
     }
@@ -495,8 +499,9 @@ impl TemplatesApi {
             timezone: None,
         });
         if let Some(tz) = &recipient.timezone {
-            templates::locale::parse_timezone(tz)
-                .map_err(|e| ApiError::unprocessable("invalid_timezone", e.to_string()))?;
+            templates::locale::parse_timezone(tz).map_err(|e| {
+                ApiError::unprocessable(ProblemCode::InvalidTimezone, e.to_string())
+            })?;
         }
         let mut variables = templates::sample_variables(
             &event_type,

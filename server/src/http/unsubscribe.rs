@@ -22,7 +22,7 @@ use poem::{
 use crate::{
     alerts::preferences::{self, token::TokenKeys},
     app::state::AppState,
-    http::error::ApiError,
+    http::error::{ApiError, ProblemCode},
 };
 
 /// What RFC 8058 has mail clients POST.
@@ -36,7 +36,7 @@ pub fn routes() -> Route {
 
 fn not_found() -> Response {
     ApiError::not_found(
-        "unsubscribe_link_not_found",
+        ProblemCode::UnsubscribeLinkNotFound,
         "this unsubscribe link is not valid",
     )
     .to_problem()
@@ -121,7 +121,7 @@ async fn one_click(
     };
     if !is_one_click(&body) {
         return ApiError::bad_request(
-            "not_one_click",
+            ProblemCode::NotOneClick,
             format!("the body must be {ONE_CLICK} (RFC 8058)"),
         )
         .to_problem()

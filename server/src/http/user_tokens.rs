@@ -10,7 +10,7 @@ use super::ApiTags;
 use crate::{
     app::state::AppState,
     http::auth::{self, ApiKeyAuth},
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     tenants::credentials,
     tenants::{self, TenantError},
 };
@@ -97,7 +97,7 @@ impl UserTokensApi {
         let ttl = ttl_seconds.unwrap_or(3600);
         if ttl == 0 || u64::from(ttl) > max_ttl {
             return Err(ApiError::bad_request(
-                "invalid_ttl",
+                ProblemCode::InvalidTtl,
                 format!("ttl_seconds must be 1..={max_ttl}"),
             ));
         }

@@ -9,7 +9,7 @@ use crate::{
     alerts::templates::locale::{self, Locale},
     app::state::AppState,
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::users::{self, ContactData, UserRow},
 };
 
@@ -78,7 +78,7 @@ pub enum UserDeleted {
 pub fn validate_email(email: &str) -> ApiResult<()> {
     let bad = |why: &str| {
         Err(ApiError::unprocessable(
-            "invalid_email",
+            ProblemCode::InvalidEmail,
             format!("email {why}"),
         ))
     };
@@ -119,7 +119,7 @@ impl UsersApi {
         if let Some(name) = &body.display_name {
             if name.len() > MAX_DISPLAY_NAME_BYTES || name.chars().any(char::is_control) {
                 return Err(ApiError::unprocessable(
-                    "invalid_display_name",
+                    ProblemCode::InvalidDisplayName,
                     "display_name must be at most 255 bytes without control characters",
                 ));
             }
@@ -129,10 +129,11 @@ impl UsersApi {
             .as_deref()
             .map(Locale::parse)
             .transpose()
-            .map_err(|e| ApiError::unprocessable("invalid_locale", e.to_string()))?;
+            .map_err(|e| ApiError::unprocessable(ProblemCode::InvalidLocale, e.to_string()))?;
         if let Some(timezone) = &body.timezone {
-            locale::parse_timezone(timezone)
-                .map_err(|e| ApiError::unprocessable("invalid_timezone", e.to_string()))?;
+            locale::parse_timezone(timezone).map_err(|e| {
+                ApiError::unprocessable(ProblemCode::InvalidTimezone, e.to_string())
+            })?;
         }
         let row = users::upsert_user(
             &self.state.pool,
@@ -159,7 +160,7 @@ impl UsersApi {
         let user = UserId::parse(user_id.0)?;
         let row = users::get_user(&self.state.pool, auth.0.tenant_id, &user)
             .await?
-            .ok_or_else(|| ApiError::not_found("user_not_found", "no such user"))?;
+            .ok_or_else(|| ApiError::not_found(ProblemCode::UserNotFound, "no such user"))?;
         Ok(UserResponse::Ok(Json(row.into())))
     }
 
@@ -174,7 +175,10 @@ impl UsersApi {
         if users::delete_user(&self.state.pool, auth.0.tenant_id, &user).await? {
             Ok(UserDeleted::Deleted)
         } else {
-            Err(ApiError::not_found("user_not_found", "no such user"))
+            Err(ApiError::not_found(
+                ProblemCode::UserNotFound,
+                "no such user",
+            ))
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::{
     app::state::AppState,
     deliveries::webhook_endpoints::{self as endpoints, CreateEndpointError, NewEndpoint},
     http::auth::ApiKeyAuth,
-    http::error::{ApiError, ApiResult},
+    http::error::{ApiError, ApiResult, ProblemCode},
     store::paging::PageRequest,
     store::webhook_endpoints::{self as store, EndpointRow},
     tenants::secrets::Binding,
@@ -131,7 +131,7 @@ pub fn new_secret() -> String {
 }
 
 fn invalid(detail: impl Into<String>) -> ApiError {
-    ApiError::unprocessable("invalid_webhook_endpoint", detail)
+    ApiError::unprocessable(ProblemCode::InvalidWebhookEndpoint, detail)
 }
 
 /// Rejects what can never be delivered to. Address checks (private, loopback)
@@ -191,7 +191,7 @@ impl WebhookEndpointsApi {
         // worker's (`TIDINGS_WEBHOOK_ALLOW_PRIVATE`, which may differ from
         // this instance's), so what it alone refuses is refused at delivery.
         ssrf::check_url(url.as_str(), ssrf::AllowPrivate::All).map_err(|refused| {
-            ApiError::unprocessable("webhook_url_refused", refused.to_string())
+            ApiError::unprocessable(ProblemCode::WebhookUrlRefused, refused.to_string())
         })?;
         let event_types = validate_event_types(&body.event_types)?;
         if let Some(d) = &body.description {
@@ -219,7 +219,7 @@ impl WebhookEndpointsApi {
             .await
             .map_err(|err| match err {
                 err @ CreateEndpointError::TooMany { .. } => {
-                    ApiError::unprocessable("webhook_endpoint_limit", err.to_string())
+                    ApiError::unprocessable(ProblemCode::WebhookEndpointLimit, err.to_string())
                 }
                 CreateEndpointError::Db(db) => db.into(),
             })?;
@@ -311,7 +311,10 @@ impl WebhookEndpointsApi {
 }
 
 fn not_found() -> ApiError {
-    ApiError::not_found("webhook_endpoint_not_found", "no such webhook endpoint")
+    ApiError::not_found(
+        ProblemCode::WebhookEndpointNotFound,
+        "no such webhook endpoint",
+    )
 }
 
 #[cfg(test)]
