@@ -193,6 +193,47 @@ fn committed_openapi_document_matches_the_binary() {
     );
 }
 
+/// Every operation has a short summary (a generated client's method title)
+/// and a description, and every parameter says what it is: generated clients
+/// turn these into their documentation.
+#[test]
+fn every_operation_and_parameter_is_described() {
+    let doc = generated_document();
+    let mut missing = Vec::new();
+    for (path, operations) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in operations.as_object().expect("operations") {
+            let name = format!("{} {path}", method.to_uppercase());
+            let summary = op["summary"].as_str().unwrap_or_default();
+            if summary.is_empty() || summary.len() > 60 || summary.contains('\n') {
+                missing.push(format!(
+                    "{name}: summary {summary:?} (one line, at most 60 bytes)"
+                ));
+            }
+            if op["description"]
+                .as_str()
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+            {
+                missing.push(format!("{name}: no description"));
+            }
+            for parameter in op["parameters"].as_array().into_iter().flatten() {
+                if parameter["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    missing.push(format!(
+                        "{name}: parameter {} undescribed",
+                        parameter["name"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
 /// The document `tidings openapi` prints, parsed.
 fn generated_document() -> Value {
     let out = Command::new(tidings_bin()).arg("openapi").output().unwrap();

@@ -11,7 +11,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: the process is up and serving HTTP. */
+        /**
+         * Liveness.
+         * @description The process is up and serving HTTP. It reads nothing: use it to restart a
+         *     hung process, not to route traffic.
+         */
         get: operations["health.live"];
         put?: never;
         post?: never;
@@ -29,8 +33,11 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Readiness: the database answers, the schema is current, and this
-         *     instance's LISTEN connections are up (or were down only briefly).
+         * Readiness.
+         * @description The database answers, there is a primary, the schema is current, and this
+         *     instance's LISTEN connections are up (or were down only briefly); hot
+         *     standbys are reported with their lag and the horizon's age. 503 names the
+         *     failing check.
          */
         get: operations["health.ready"];
         put?: never;
@@ -50,7 +57,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a tenant with its first API key and its user-token signing secret. */
+        /**
+         * Create a tenant.
+         * @description The answer carries the tenant's first API key and its user-token signing
+         *     secret, each shown only this once: store them. The name is a label; it
+         *     need not be unique.
+         */
         post: operations["admin.tenant.create"];
         delete?: never;
         options?: never;
@@ -67,7 +79,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Issue another API key (rotation). Earlier keys stay valid until revoked. */
+        /**
+         * Issue another API key.
+         * @description For rotation: earlier keys stay valid until revoked, so a deployment can
+         *     switch to the new key before the old one is revoked. The key is shown
+         *     only in this answer.
+         */
         post: operations["admin.key.create"];
         delete?: never;
         options?: never;
@@ -85,7 +102,11 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Revoke an API key. Takes effect at once on this instance and within seconds on others. */
+        /**
+         * Revoke an API key.
+         * @description Takes effect at once on the instance that answers and within seconds on
+         *     the others. 404 when the key is not an unrevoked key of this tenant.
+         */
         delete: operations["admin.key.revoke"];
         options?: never;
         head?: never;
@@ -99,7 +120,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A tenant's rate limits: its own where set, else the server's defaults. */
+        /**
+         * Read a tenant's rate limits.
+         * @description Each bucket's rate: the tenant's own where set, else the server's
+         *     default, with which of the two applies.
+         */
         get: operations["admin.tenant.rate_limits.get"];
         /**
          * Set a tenant's own rate limits.
@@ -124,8 +149,9 @@ export interface paths {
         };
         get?: never;
         /**
-         * Set how long this tenant's feed (events and in-app items) is kept; the
-         *     retention purge deletes older items within its next rounds.
+         * Set how long a tenant's feed is kept.
+         * @description Events and in-app items older than this are deleted by the retention
+         *     purge within its next rounds.
          */
         put: operations["admin.tenant.retention"];
         post?: never;
@@ -144,7 +170,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Mint a user token (the same JWT a tenant's backend can sign itself). */
+        /**
+         * Mint a user token.
+         * @description The same HS256 JWT (claims `sub`, `tid`, `iat`, `exp`) a tenant's
+         *     backend can sign itself with the signing secret. Hand it to the user's
+         *     front end: it reads the feed, marks and streams with it.
+         */
         post: operations["user-token.create"];
         delete?: never;
         options?: never;
@@ -162,10 +193,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Rotate the tenant's signing secret. The new one signs from now on (with
-         *     its `kid`); the old one keeps verifying tokens for the configured
-         *     overlap (`TIDINGS_SIGNING_ROTATION_OVERLAP_SECS`, default 24 h). A
-         *     secret still in an earlier overlap stops verifying now.
+         * Rotate the tenant's signing secret.
+         * @description The new one signs from now on (with its `kid`); the old one keeps
+         *     verifying tokens for the configured overlap
+         *     (`TIDINGS_SIGNING_ROTATION_OVERLAP_SECS`, default 24 h). A secret still in
+         *     an earlier overlap stops verifying now, and streams opened with its tokens
+         *     close.
          */
         post: operations["signing-secret.rotate"];
         delete?: never;
@@ -184,9 +217,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Revoke every token of a user issued until now (e.g. on logout
-         *     everywhere, a password change, or a stolen device). Tokens issued later
-         *     work; every instance refuses the old ones within 5 seconds.
+         * Revoke every token of a user issued until now.
+         * @description For logout everywhere, a password change or a stolen device. Tokens
+         *     issued later work; every instance refuses the old ones within 5 seconds
+         *     and closes the streams they opened.
          */
         post: operations["user-token.revoke-all"];
         delete?: never;
@@ -233,7 +267,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a team's members, ordered by user id. */
+        /**
+         * List a team's members.
+         * @description Ordered by user id, a page at a time: pass `next_cursor` as `cursor` for
+         *     the next page. An unknown team is an empty page (teams exist through
+         *     their members).
+         */
         get: operations["teams.members.list"];
         put?: never;
         post?: never;
@@ -328,7 +367,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Badge counts: unread and unseen, exact up to 1,000. */
+        /**
+         * Badge counts.
+         * @description Unread and unseen items of the whole feed, exact up to 1,000 (then 1,000
+         *     and `capped`). Cheaper than a feed page: poll this for a badge, or follow
+         *     the stream's `marks` and `item` events.
+         */
         get: operations["feed.counts"];
         put?: never;
         post?: never;
@@ -488,9 +532,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Post a transactional alert. Each (event type, entity, recipient, channel)
-         *     is notified at most once, however often this is retried; with an
-         *     `Idempotency-Key` a retry also gets the first response back.
+         * Post a transactional alert.
+         * @description Each (event type, entity, recipient, channel) is notified at most once,
+         *     however often this is retried; with an `Idempotency-Key` a retry also gets
+         *     the first response back. Recipients' preferences and the category decide
+         *     which channels are written; `delivery` delays a channel and can skip it
+         *     when the in-app item was read first. 202: the deliveries are queued.
          */
         post: operations["alerts.create"];
         delete?: never;
@@ -506,7 +553,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** An alert with a page of its deliveries and their status. */
+        /**
+         * Read an alert and its deliveries.
+         * @description The alert with a page of its deliveries: each one's status, attempts,
+         *     last error, and for a skipped one the reason (a preference, or the item
+         *     read or seen first, with the watermark the decision saw).
+         */
         get: operations["alerts.get"];
         put?: never;
         post?: never;
@@ -523,7 +575,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Deliveries in id order, optionally of one status (e.g. `dead`). */
+        /**
+         * List deliveries.
+         * @description In id order, a page at a time, optionally of one status (for example
+         *     `dead`, to find what needs a look).
+         */
         get: operations["deliveries.list"];
         put?: never;
         post?: never;
@@ -543,8 +599,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Re-queue a `dead` or `retrying` delivery now, with a fresh attempt budget.
-         *     A `pending` one is returned as is; `sending` is 409 (a worker holds it;
+         * Retry a delivery now.
+         * @description Re-queues a `dead` or `retrying` delivery with a fresh attempt budget. A
+         *     `pending` one is returned as is; `sending` is 409 (a worker holds it;
          *     `Retry-After` says when its lease ends); `sent` and `skipped` are 409
          *     (nothing to retry).
          */
@@ -562,12 +619,24 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A recipient's contact data. */
+        /**
+         * Read a recipient's contact data.
+         * @description 404 when none was stored for this user.
+         */
         get: operations["users.get"];
-        /** Create or replace a recipient's contact data. */
+        /**
+         * Create or replace a recipient's contact data.
+         * @description Email, display name, locale (BCP 47, for templates) and IANA time zone.
+         *     Fields left out are cleared. Feeds and memberships do not need this; only
+         *     email and templated deliveries do.
+         */
         put: operations["users.put"];
         post?: never;
-        /** Forget a recipient's contact data. */
+        /**
+         * Forget a recipient's contact data.
+         * @description Later alerts find no email address for the user: their emails are
+         *     `skipped`.
+         */
         delete: operations["users.delete"];
         options?: never;
         head?: never;
@@ -582,13 +651,18 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The tenant's webhook endpoints (without secrets), in creation order, a
-         *     page at a time. A tenant has at most `TIDINGS_MAX_WEBHOOK_ENDPOINTS`
-         *     (default 50).
+         * List webhook endpoints.
+         * @description Without secrets, in creation order, a page at a time. A tenant has at
+         *     most `TIDINGS_MAX_WEBHOOK_ENDPOINTS` (default 50).
          */
         get: operations["webhook-endpoints.list"];
         put?: never;
-        /** Register a webhook endpoint; the response carries its signing secret. */
+        /**
+         * Register a webhook endpoint.
+         * @description The answer carries its signing secret (Standard Webhooks), shown only
+         *     this once. URLs to private, loopback and translated addresses are refused
+         *     unless the server allows them.
+         */
         post: operations["webhook-endpoints.create"];
         delete?: never;
         options?: never;
@@ -603,11 +677,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One webhook endpoint (without its secret). */
+        /**
+         * Read a webhook endpoint.
+         * @description Without its secret.
+         */
         get: operations["webhook-endpoints.get"];
         put?: never;
         post?: never;
-        /** Delete an endpoint. Its queued deliveries are not retargeted. */
+        /**
+         * Delete a webhook endpoint.
+         * @description Its queued deliveries are not retargeted to another endpoint.
+         */
         delete: operations["webhook-endpoints.delete"];
         options?: never;
         head?: never;
@@ -624,9 +704,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Issue a new secret. The old one keeps signing (as a second signature) for
-         *     the configured grace period (default 24 h); a secret already in its grace
-         *     period is dropped.
+         * Rotate a webhook endpoint's secret.
+         * @description The old one keeps signing (as a second signature) for the configured
+         *     grace period (default 24 h), so a receiver can switch without losing a
+         *     message; a secret already in its grace period is dropped.
          */
         post: operations["webhook-endpoints.rotate-secret"];
         delete?: never;
@@ -642,11 +723,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One category. */
+        /**
+         * Read a category.
+         * @description 404 when the tenant has no category with this key.
+         */
         get: operations["categories.get"];
         /**
-         * Create or replace a category: its label, whether it is critical, its
-         *     default per channel and the event types it holds.
+         * Create or replace a category.
+         * @description Its label, whether it is critical, its default per channel and the event
+         *     types it holds. Preferences name categories; alerts of an event type fall
+         *     in its category.
          */
         put: operations["categories.put"];
         post?: never;
@@ -663,7 +749,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every category of the tenant, by key. */
+        /**
+         * List categories.
+         * @description Every category of the tenant, ordered by key.
+         */
         get: operations["categories.list"];
         put?: never;
         post?: never;
@@ -681,19 +770,27 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A user's preferences: the resolved grid with the level that decided
-         *     each cell, the user's rows and the tenant's defaults.
+         * Read a user's preferences.
+         * @description The resolved grid (category by channel) with the level that decided each
+         *     cell, the user's own rows and the tenant's defaults. The WebAssembly core
+         *     resolves the same rows the same way.
          */
         get: operations["preferences.get"];
-        /** Replace a user's settings with exactly these rows. */
+        /**
+         * Replace a user's preferences.
+         * @description The user's rows become exactly these. Answers the preferences after the
+         *     change.
+         */
         put: operations["preferences.put"];
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
         /**
-         * Merge rows into a user's settings; a row with `"setting": null` is
-         *     removed. Answers the preferences after the change.
+         * Merge rows into a user's preferences.
+         * @description A row with `"setting": null` is removed; other rows are added or replace
+         *     the row of the same scope, key and channel. Answers the preferences after
+         *     the change.
          */
         patch: operations["preferences.patch"];
         trace?: never;
@@ -705,14 +802,22 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The signed-in user's preferences (for the inbox page). */
+        /**
+         * Read the signed-in user's preferences.
+         * @description As `GET /v1/users/{user_id}/preferences`, with a user token: what a
+         *     preference panel shows.
+         */
         get: operations["me.preferences.get"];
         put?: never;
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
-        /** Merge rows into the signed-in user's settings (`null` removes a row). */
+        /**
+         * Merge rows into the signed-in user's preferences.
+         * @description As `PATCH /v1/users/{user_id}/preferences` (`null` removes a row), with a
+         *     user token. Locked tenant defaults and critical categories still win.
+         */
         patch: operations["me.preferences.patch"];
         trace?: never;
     };
@@ -723,9 +828,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The tenant's default rows (locked ones beat every user setting). */
+        /**
+         * Read the tenant's default preferences.
+         * @description The tenant's default rows; locked ones beat every user setting.
+         */
         get: operations["preference_defaults.get"];
-        /** Replace the tenant's default rows with exactly these. */
+        /**
+         * Replace the tenant's default preferences.
+         * @description The tenant's default rows become exactly these; a locked row beats every
+         *     user setting.
+         */
         put: operations["preference_defaults.put"];
         post?: never;
         delete?: never;
@@ -742,22 +854,25 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The published template of an event type and channel: every locale,
-         *     or the one named by `?locale=` (exactly that locale, no fallback).
+         * Read a published template.
+         * @description The published version for an event type and channel: every locale, or
+         *     the one named by `?locale=` (exactly that locale, no fallback).
          */
         get: operations["templates.get"];
         /**
-         * Save one locale's template for an event type and channel. Writes and
-         *     publishes a new immutable version (with the template's other locales);
-         *     alerts enqueued before keep the version they recorded. A template that
-         *     does not parse, names a filter outside the vetted set, or fails or runs
-         *     out of fuel on `sample` is refused with 422 naming the part and line.
+         * Save a template.
+         * @description One locale of an event type and channel. Writes and publishes a new
+         *     immutable version (with the template's other locales); alerts enqueued
+         *     before keep the version they recorded. A template that does not parse,
+         *     names a filter outside the vetted set, or fails or runs out of fuel on
+         *     `sample` is refused with 422 naming the part and line.
          */
         put: operations["templates.put"];
         post?: never;
         /**
-         * Delete one locale (`?locale=`) or the whole template. Without a
-         *     template, alerts of the event type are rendered as before templates.
+         * Delete a template.
+         * @description One locale (`?locale=`) or the whole template. Without a template,
+         *     alerts of the event type are rendered from their subject and payload.
          */
         delete: operations["templates.delete"];
         options?: never;
@@ -773,8 +888,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The tenant's published templates, by channel then event type, a page
-         *     at a time.
+         * List templates.
+         * @description The tenant's published templates, by channel then event type, a page at
+         *     a time.
          */
         get: operations["templates.list"];
         put?: never;
@@ -795,9 +911,11 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Render a template on sample data: the saved one for the event type,
-         *     channel and locale (with the recipients' fallback), or `template`.
-         *     Writes nothing.
+         * Preview a template.
+         * @description Renders on sample data the saved template for the event type, channel
+         *     and locale (with the recipients' locale fallback), or the unsaved
+         *     `template` given. Answers the subject, HTML and text, the variables used
+         *     and the fuel spent. Writes nothing.
          */
         post: operations["templates.preview"];
         delete?: never;
@@ -813,9 +931,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The tenant's template settings. */
+        /**
+         * Read the template settings.
+         * @description The tenant's default locale.
+         */
         get: operations["template-settings.get"];
-        /** Set the tenant's default locale (absent: none, then `en`). */
+        /**
+         * Set the template settings.
+         * @description The tenant's default locale, the third step of the locale fallback
+         *     (absent: none, then `en`).
+         */
         put: operations["template-settings.put"];
         post?: never;
         delete?: never;
@@ -831,13 +956,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The event type's default delivery rules (`{}` when none are set). */
+        /**
+         * Read an event type's default delivery rules.
+         * @description `{}` when none are set.
+         */
         get: operations["event-types.delivery.get"];
         /**
-         * Set the event type's default delivery rules, which alerts of this
-         *     event type with an `in_app` channel apply from now on to each channel
-         *     their own `delivery` does not name. `{}` clears them. Critical
-         *     categories never wait.
+         * Set an event type's default delivery rules.
+         * @description Alerts of this event type with an `in_app` channel apply them from now on
+         *     to each channel their own `delivery` does not name. `{}` clears them.
+         *     Critical categories never wait.
          */
         put: operations["event-types.delivery.put"];
         post?: never;
@@ -2237,6 +2365,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The tenant's id, as `POST /v1/admin/tenants` answered it. */
                 tenant_id: string;
             };
             cookie?: never;
@@ -2355,7 +2484,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The tenant's id, as `POST /v1/admin/tenants` answered it. */
                 tenant_id: string;
+                /** @description The key's id (`api_key_id`). */
                 key_id: string;
             };
             cookie?: never;
@@ -2472,6 +2603,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The tenant's id, as `POST /v1/admin/tenants` answered it. */
                 tenant_id: string;
             };
             cookie?: never;
@@ -2590,6 +2722,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The tenant's id, as `POST /v1/admin/tenants` answered it. */
                 tenant_id: string;
             };
             cookie?: never;
@@ -2712,6 +2845,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The tenant's id, as `POST /v1/admin/tenants` answered it. */
                 tenant_id: string;
             };
             cookie?: never;
@@ -3070,6 +3204,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -3188,7 +3323,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The team, as the tenant names it (1–255 bytes, no control characters). */
                 team_id: string;
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -3323,7 +3460,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The team, as the tenant names it (1–255 bytes, no control characters). */
                 team_id: string;
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -3452,6 +3591,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The team, as the tenant names it (1–255 bytes, no control characters). */
                 team_id: string;
             };
             cookie?: never;
@@ -5036,6 +5176,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The `alert_id` that `POST /v1/alerts` answered. */
                 alert_id: string;
             };
             cookie?: never;
@@ -5167,6 +5308,7 @@ export interface operations {
     "deliveries.list": {
         parameters: {
             query?: {
+                /** @description Only deliveries in this status. */
                 status?: components["schemas"]["DeliveryStatus"];
                 /** @description `next_cursor` of the previous page (opaque). */
                 cursor?: string;
@@ -5306,6 +5448,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The delivery's id. */
                 id: number;
             };
             cookie?: never;
@@ -5424,6 +5567,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -5557,6 +5701,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -5679,6 +5824,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -6051,6 +6197,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The endpoint's id. */
                 id: string;
             };
             cookie?: never;
@@ -6184,6 +6331,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The endpoint's id. */
                 id: string;
             };
             cookie?: never;
@@ -6300,6 +6448,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The endpoint's id. */
                 id: string;
             };
             cookie?: never;
@@ -6418,6 +6567,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The category's key, e.g. `billing`. */
                 key: string;
             };
             cookie?: never;
@@ -6551,6 +6701,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The category's key, e.g. `billing`. */
                 key: string;
             };
             cookie?: never;
@@ -6813,6 +6964,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -6946,6 +7098,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -7068,6 +7221,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The user, as the tenant names them (1–255 bytes, no control characters). */
                 user_id: string;
             };
             cookie?: never;
@@ -7705,10 +7859,12 @@ export interface operations {
     "templates.get": {
         parameters: {
             query?: {
+                /** @description Only this locale (BCP 47), exactly, with no fallback. */
                 locale?: string;
             };
             header?: never;
             path: {
+                /** @description The event type the template renders, e.g. `invoice.overdue`. */
                 event_type: string;
                 /** @description `email` or `in_app`. */
                 channel: string;
@@ -7847,6 +8003,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The event type the template renders, e.g. `invoice.overdue`. */
                 event_type: string;
                 /** @description `email` or `in_app`. */
                 channel: string;
@@ -7969,10 +8126,12 @@ export interface operations {
     "templates.delete": {
         parameters: {
             query?: {
+                /** @description Delete only this locale (BCP 47); absent: the whole template. */
                 locale?: string;
             };
             header?: never;
             path: {
+                /** @description The event type the template renders, e.g. `invoice.overdue`. */
                 event_type: string;
                 /** @description `email` or `in_app`. */
                 channel: string;
@@ -8598,6 +8757,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The event type, e.g. `comment.mentioned`. */
                 event_type: string;
             };
             cookie?: never;
@@ -8731,6 +8891,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The event type, e.g. `comment.mentioned`. */
                 event_type: string;
             };
             cookie?: never;

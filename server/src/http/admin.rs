@@ -163,7 +163,11 @@ pub enum KeyRevoked {
 
 #[OpenApi(tag = "ApiTags::Admin")]
 impl AdminApi {
-    /// Create a tenant with its first API key and its user-token signing secret.
+    /// Create a tenant.
+    ///
+    /// The answer carries the tenant's first API key and its user-token signing
+    /// secret, each shown only this once: store them. The name is a label; it
+    /// need not be unique.
     #[oai(
         path = "/v1/admin/tenants",
         method = "post",
@@ -187,13 +191,22 @@ impl AdminApi {
         })))
     }
 
-    /// Issue another API key (rotation). Earlier keys stay valid until revoked.
+    /// Issue another API key.
+    ///
+    /// For rotation: earlier keys stay valid until revoked, so a deployment can
+    /// switch to the new key before the old one is revoked. The key is shown
+    /// only in this answer.
     #[oai(
         path = "/v1/admin/tenants/:tenant_id/keys",
         method = "post",
         operation_id = "admin.key.create"
     )]
-    async fn create_key(&self, _auth: AdminAuth, tenant_id: Path<Uuid>) -> ApiResult<KeyCreated> {
+    async fn create_key(
+        &self,
+        _auth: AdminAuth,
+        /// The tenant's id, as `POST /v1/admin/tenants` answered it.
+        tenant_id: Path<Uuid>,
+    ) -> ApiResult<KeyCreated> {
         let (api_key_id, api_key) = tenants::issue_api_key(&self.state.pool, tenant_id.0)
             .await
             .map_err(tenant_problem)?;
@@ -203,7 +216,10 @@ impl AdminApi {
         })))
     }
 
-    /// Revoke an API key. Takes effect at once on this instance and within seconds on others.
+    /// Revoke an API key.
+    ///
+    /// Takes effect at once on the instance that answers and within seconds on
+    /// the others. 404 when the key is not an unrevoked key of this tenant.
     #[oai(
         path = "/v1/admin/tenants/:tenant_id/keys/:key_id",
         method = "delete",
@@ -212,7 +228,9 @@ impl AdminApi {
     async fn revoke_key(
         &self,
         _auth: AdminAuth,
+        /// The tenant's id, as `POST /v1/admin/tenants` answered it.
         tenant_id: Path<Uuid>,
+        /// The key's id (`api_key_id`).
         key_id: Path<Uuid>,
     ) -> ApiResult<KeyRevoked> {
         if tenants::revoke_api_key(&self.state, tenant_id.0, key_id.0).await? {
@@ -238,6 +256,7 @@ impl AdminApi {
     async fn set_rate_limits(
         &self,
         _auth: AdminAuth,
+        /// The tenant's id, as `POST /v1/admin/tenants` answered it.
         tenant_id: Path<Uuid>,
         body: Json<TenantRateLimitsIn>,
     ) -> ApiResult<TenantRateLimits> {
@@ -258,7 +277,10 @@ impl AdminApi {
         )))
     }
 
-    /// A tenant's rate limits: its own where set, else the server's defaults.
+    /// Read a tenant's rate limits.
+    ///
+    /// Each bucket's rate: the tenant's own where set, else the server's
+    /// default, with which of the two applies.
     #[oai(
         path = "/v1/admin/tenants/:tenant_id/rate-limits",
         method = "get",
@@ -267,6 +289,7 @@ impl AdminApi {
     async fn get_rate_limits(
         &self,
         _auth: AdminAuth,
+        /// The tenant's id, as `POST /v1/admin/tenants` answered it.
         tenant_id: Path<Uuid>,
     ) -> ApiResult<TenantRateLimits> {
         let own = self
@@ -280,8 +303,10 @@ impl AdminApi {
         )))
     }
 
-    /// Set how long this tenant's feed (events and in-app items) is kept; the
-    /// retention purge deletes older items within its next rounds.
+    /// Set how long a tenant's feed is kept.
+    ///
+    /// Events and in-app items older than this are deleted by the retention
+    /// purge within its next rounds.
     #[oai(
         path = "/v1/admin/tenants/:tenant_id/retention",
         method = "put",
@@ -290,6 +315,7 @@ impl AdminApi {
     async fn set_feed_retention(
         &self,
         _auth: AdminAuth,
+        /// The tenant's id, as `POST /v1/admin/tenants` answered it.
         tenant_id: Path<Uuid>,
         body: Json<FeedRetentionIn>,
     ) -> ApiResult<FeedRetentionSet> {

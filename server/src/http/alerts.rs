@@ -215,9 +215,13 @@ pub enum AlertResponse {
 
 #[OpenApi(tag = "ApiTags::Alerts")]
 impl AlertsApi {
-    /// Post a transactional alert. Each (event type, entity, recipient, channel)
-    /// is notified at most once, however often this is retried; with an
-    /// `Idempotency-Key` a retry also gets the first response back.
+    /// Post a transactional alert.
+    ///
+    /// Each (event type, entity, recipient, channel) is notified at most once,
+    /// however often this is retried; with an `Idempotency-Key` a retry also gets
+    /// the first response back. Recipients' preferences and the category decide
+    /// which channels are written; `delivery` delays a channel and can skip it
+    /// when the in-app item was read first. 202: the deliveries are queued.
     #[oai(path = "/v1/alerts", method = "post", operation_id = "alerts.create")]
     async fn create(
         &self,
@@ -268,7 +272,11 @@ impl AlertsApi {
         }
     }
 
-    /// An alert with a page of its deliveries and their status.
+    /// Read an alert and its deliveries.
+    ///
+    /// The alert with a page of its deliveries: each one's status, attempts,
+    /// last error, and for a skipped one the reason (a preference, or the item
+    /// read or seen first, with the watermark the decision saw).
     #[oai(
         path = "/v1/alerts/:alert_id",
         method = "get",
@@ -277,6 +285,7 @@ impl AlertsApi {
     async fn get(
         &self,
         auth: ApiKeyAuth,
+        /// The `alert_id` that `POST /v1/alerts` answered.
         alert_id: Path<Uuid>,
         /// `next_cursor` of the previous page (opaque).
         cursor: Query<Option<String>>,

@@ -111,7 +111,10 @@ pub enum DeliveryResponse {
 
 #[OpenApi(tag = "ApiTags::Deliveries")]
 impl DeliveriesApi {
-    /// Deliveries in id order, optionally of one status (e.g. `dead`).
+    /// List deliveries.
+    ///
+    /// In id order, a page at a time, optionally of one status (for example
+    /// `dead`, to find what needs a look).
     #[oai(
         path = "/v1/deliveries",
         method = "get",
@@ -120,6 +123,7 @@ impl DeliveriesApi {
     async fn list(
         &self,
         auth: ApiKeyAuth,
+        /// Only deliveries in this status.
         status: Query<Option<DeliveryStatus>>,
         /// `next_cursor` of the previous page (opaque).
         cursor: Query<Option<String>>,
@@ -140,8 +144,10 @@ impl DeliveriesApi {
         })))
     }
 
-    /// Re-queue a `dead` or `retrying` delivery now, with a fresh attempt budget.
-    /// A `pending` one is returned as is; `sending` is 409 (a worker holds it;
+    /// Retry a delivery now.
+    ///
+    /// Re-queues a `dead` or `retrying` delivery with a fresh attempt budget. A
+    /// `pending` one is returned as is; `sending` is 409 (a worker holds it;
     /// `Retry-After` says when its lease ends); `sent` and `skipped` are 409
     /// (nothing to retry).
     #[oai(
@@ -149,7 +155,12 @@ impl DeliveriesApi {
         method = "post",
         operation_id = "deliveries.retry"
     )]
-    async fn retry(&self, auth: ApiKeyAuth, id: Path<i64>) -> ApiResult<DeliveryResponse> {
+    async fn retry(
+        &self,
+        auth: ApiKeyAuth,
+        /// The delivery's id.
+        id: Path<i64>,
+    ) -> ApiResult<DeliveryResponse> {
         match deliveries::requeue(&self.state.pool, auth.0.tenant_id, *id).await {
             Ok(row) => Ok(DeliveryResponse::Ok(Json(row.into()))),
             Err(err @ RequeueError::NotFound) => Err(ApiError::not_found(

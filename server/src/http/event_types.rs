@@ -87,10 +87,11 @@ pub enum RulesResponse {
 
 #[OpenApi(tag = "ApiTags::Alerts")]
 impl EventTypesApi {
-    /// Set the event type's default delivery rules, which alerts of this
-    /// event type with an `in_app` channel apply from now on to each channel
-    /// their own `delivery` does not name. `{}` clears them. Critical
-    /// categories never wait.
+    /// Set an event type's default delivery rules.
+    ///
+    /// Alerts of this event type with an `in_app` channel apply them from now on
+    /// to each channel their own `delivery` does not name. `{}` clears them.
+    /// Critical categories never wait.
     #[oai(
         path = "/v1/event-types/:event_type/delivery",
         method = "put",
@@ -99,6 +100,7 @@ impl EventTypesApi {
     async fn put(
         &self,
         auth: ApiKeyAuth,
+        /// The event type, e.g. `comment.mentioned`.
         event_type: Path<String>,
         body: Json<DeliveryRulesIn>,
     ) -> ApiResult<RulesResponse> {
@@ -109,13 +111,20 @@ impl EventTypesApi {
         Ok(RulesResponse::Ok(Json(DeliveryRulesIn::of(&rules))))
     }
 
-    /// The event type's default delivery rules (`{}` when none are set).
+    /// Read an event type's default delivery rules.
+    ///
+    /// `{}` when none are set.
     #[oai(
         path = "/v1/event-types/:event_type/delivery",
         method = "get",
         operation_id = "event-types.delivery.get"
     )]
-    async fn get(&self, auth: ApiKeyAuth, event_type: Path<String>) -> ApiResult<RulesResponse> {
+    async fn get(
+        &self,
+        auth: ApiKeyAuth,
+        /// The event type, e.g. `comment.mentioned`.
+        event_type: Path<String>,
+    ) -> ApiResult<RulesResponse> {
         let event_type = EventType::parse_as("event_type", event_type.0)?;
         let rules = delivery::get_event_type_rules(&self.state.pool, auth.0.tenant_id, &event_type)
             .await?

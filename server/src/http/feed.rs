@@ -346,7 +346,11 @@ impl FeedApi {
         }))
     }
 
-    /// Badge counts: unread and unseen, exact up to 1,000.
+    /// Badge counts.
+    ///
+    /// Unread and unseen items of the whole feed, exact up to 1,000 (then 1,000
+    /// and `capped`). Cheaper than a feed page: poll this for a badge, or follow
+    /// the stream's `marks` and `item` events.
     #[oai(path = "/v1/feed/counts", method = "get", operation_id = "feed.counts")]
     async fn counts(
         &self,

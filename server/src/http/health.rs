@@ -138,14 +138,21 @@ pub enum ReadyResponse {
 
 #[OpenApi(tag = "ApiTags::Health")]
 impl HealthApi {
-    /// Liveness: the process is up and serving HTTP.
+    /// Liveness.
+    ///
+    /// The process is up and serving HTTP. It reads nothing: use it to restart a
+    /// hung process, not to route traffic.
     #[oai(path = "/healthz", method = "get", operation_id = "health.live")]
     async fn healthz(&self) -> Json<HealthOut> {
         Json(HealthOut::of("ok"))
     }
 
-    /// Readiness: the database answers, the schema is current, and this
-    /// instance's LISTEN connections are up (or were down only briefly).
+    /// Readiness.
+    ///
+    /// The database answers, there is a primary, the schema is current, and this
+    /// instance's LISTEN connections are up (or were down only briefly); hot
+    /// standbys are reported with their lag and the horizon's age. 503 names the
+    /// failing check.
     #[oai(path = "/readyz", method = "get", operation_id = "health.ready")]
     async fn readyz(&self) -> ReadyResponse {
         // Err((check, status)): the first check that failed.

@@ -453,8 +453,11 @@ impl PreferencesApi {
 
 #[OpenApi(tag = "ApiTags::Preferences")]
 impl PreferencesApi {
-    /// Create or replace a category: its label, whether it is critical, its
-    /// default per channel and the event types it holds.
+    /// Create or replace a category.
+    ///
+    /// Its label, whether it is critical, its default per channel and the event
+    /// types it holds. Preferences name categories; alerts of an event type fall
+    /// in its category.
     #[oai(
         path = "/v1/categories/:key",
         method = "put",
@@ -463,6 +466,7 @@ impl PreferencesApi {
     async fn put_category(
         &self,
         auth: ApiKeyAuth,
+        /// The category's key, e.g. `billing`.
         key: Path<String>,
         body: Json<CategoryIn>,
     ) -> ApiResult<CategoryPut> {
@@ -513,7 +517,9 @@ impl PreferencesApi {
         })
     }
 
-    /// One category.
+    /// Read a category.
+    ///
+    /// 404 when the tenant has no category with this key.
     #[oai(
         path = "/v1/categories/:key",
         method = "get",
@@ -522,6 +528,7 @@ impl PreferencesApi {
     async fn get_category(
         &self,
         auth: ApiKeyAuth,
+        /// The category's key, e.g. `billing`.
         key: Path<String>,
     ) -> ApiResult<CategoryResponse> {
         tidings_core::validate_id("key", &key.0)?;
@@ -533,7 +540,9 @@ impl PreferencesApi {
         Ok(CategoryResponse::Ok(Json((&row).into())))
     }
 
-    /// Every category of the tenant, by key.
+    /// List categories.
+    ///
+    /// Every category of the tenant, ordered by key.
     #[oai(
         path = "/v1/categories",
         method = "get",
@@ -546,8 +555,11 @@ impl PreferencesApi {
         })))
     }
 
-    /// A user's preferences: the resolved grid with the level that decided
-    /// each cell, the user's rows and the tenant's defaults.
+    /// Read a user's preferences.
+    ///
+    /// The resolved grid (category by channel) with the level that decided each
+    /// cell, the user's own rows and the tenant's defaults. The WebAssembly core
+    /// resolves the same rows the same way.
     #[oai(
         path = "/v1/users/:user_id/preferences",
         method = "get",
@@ -556,14 +568,18 @@ impl PreferencesApi {
     async fn get_user(
         &self,
         auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
     ) -> ApiResult<PreferencesResponse> {
         let user = UserId::parse(user_id.0)?;
         self.grid_of(auth.0.tenant_id, &user).await
     }
 
-    /// Merge rows into a user's settings; a row with `"setting": null` is
-    /// removed. Answers the preferences after the change.
+    /// Merge rows into a user's preferences.
+    ///
+    /// A row with `"setting": null` is removed; other rows are added or replace
+    /// the row of the same scope, key and channel. Answers the preferences after
+    /// the change.
     #[oai(
         path = "/v1/users/:user_id/preferences",
         method = "patch",
@@ -572,6 +588,7 @@ impl PreferencesApi {
     async fn patch_user(
         &self,
         auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
         body: Json<SettingsIn>,
     ) -> ApiResult<PreferencesResponse> {
@@ -586,7 +603,10 @@ impl PreferencesApi {
         .await
     }
 
-    /// Replace a user's settings with exactly these rows.
+    /// Replace a user's preferences.
+    ///
+    /// The user's rows become exactly these. Answers the preferences after the
+    /// change.
     #[oai(
         path = "/v1/users/:user_id/preferences",
         method = "put",
@@ -595,6 +615,7 @@ impl PreferencesApi {
     async fn put_user(
         &self,
         auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
         body: Json<SettingsIn>,
     ) -> ApiResult<PreferencesResponse> {
@@ -609,7 +630,10 @@ impl PreferencesApi {
         .await
     }
 
-    /// The signed-in user's preferences (for the inbox page).
+    /// Read the signed-in user's preferences.
+    ///
+    /// As `GET /v1/users/{user_id}/preferences`, with a user token: what a
+    /// preference panel shows.
     #[oai(
         path = "/v1/me/preferences",
         method = "get",
@@ -620,7 +644,10 @@ impl PreferencesApi {
         self.grid_of(user.tenant_id, &user.user_id).await
     }
 
-    /// Merge rows into the signed-in user's settings (`null` removes a row).
+    /// Merge rows into the signed-in user's preferences.
+    ///
+    /// As `PATCH /v1/users/{user_id}/preferences` (`null` removes a row), with a
+    /// user token. Locked tenant defaults and critical categories still win.
     #[oai(
         path = "/v1/me/preferences",
         method = "patch",
@@ -642,7 +669,9 @@ impl PreferencesApi {
         .await
     }
 
-    /// The tenant's default rows (locked ones beat every user setting).
+    /// Read the tenant's default preferences.
+    ///
+    /// The tenant's default rows; locked ones beat every user setting.
     #[oai(
         path = "/v1/preference-defaults",
         method = "get",
@@ -655,7 +684,10 @@ impl PreferencesApi {
         })))
     }
 
-    /// Replace the tenant's default rows with exactly these.
+    /// Replace the tenant's default preferences.
+    ///
+    /// The tenant's default rows become exactly these; a locked row beats every
+    /// user setting.
     #[oai(
         path = "/v1/preference-defaults",
         method = "put",

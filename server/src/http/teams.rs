@@ -117,7 +117,9 @@ impl TeamsApi {
     async fn put_member(
         &self,
         auth: ApiKeyAuth,
+        /// The team, as the tenant names it (1–255 bytes, no control characters).
         team_id: Path<String>,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
     ) -> ApiResult<PutMemberResponse> {
         let team = TeamId::parse(team_id.0)?;
@@ -151,7 +153,9 @@ impl TeamsApi {
     async fn delete_member(
         &self,
         auth: ApiKeyAuth,
+        /// The team, as the tenant names it (1–255 bytes, no control characters).
         team_id: Path<String>,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
     ) -> ApiResult<DeleteMemberResponse> {
         let team = TeamId::parse(team_id.0)?;
@@ -173,7 +177,11 @@ impl TeamsApi {
         }
     }
 
-    /// List a team's members, ordered by user id.
+    /// List a team's members.
+    ///
+    /// Ordered by user id, a page at a time: pass `next_cursor` as `cursor` for
+    /// the next page. An unknown team is an empty page (teams exist through
+    /// their members).
     #[oai(
         path = "/v1/teams/:team_id/members",
         method = "get",
@@ -182,6 +190,7 @@ impl TeamsApi {
     async fn list_members(
         &self,
         auth: ApiKeyAuth,
+        /// The team, as the tenant names it (1–255 bytes, no control characters).
         team_id: Path<String>,
         /// Page size, 1–100 (default 50).
         limit: Query<Option<u32>>,

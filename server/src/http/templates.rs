@@ -338,11 +338,13 @@ fn sample_payload(sample: Option<serde_json::Value>) -> ApiResult<serde_json::Va
 
 #[OpenApi(tag = "ApiTags::Templates")]
 impl TemplatesApi {
-    /// Save one locale's template for an event type and channel. Writes and
-    /// publishes a new immutable version (with the template's other locales);
-    /// alerts enqueued before keep the version they recorded. A template that
-    /// does not parse, names a filter outside the vetted set, or fails or runs
-    /// out of fuel on `sample` is refused with 422 naming the part and line.
+    /// Save a template.
+    ///
+    /// One locale of an event type and channel. Writes and publishes a new
+    /// immutable version (with the template's other locales); alerts enqueued
+    /// before keep the version they recorded. A template that does not parse,
+    /// names a filter outside the vetted set, or fails or runs out of fuel on
+    /// `sample` is refused with 422 naming the part and line.
     #[oai(
         path = "/v1/templates/:event_type/:channel",
         method = "put",
@@ -351,6 +353,7 @@ impl TemplatesApi {
     async fn put(
         &self,
         auth: ApiKeyAuth,
+        /// The event type the template renders, e.g. `invoice.overdue`.
         event_type: Path<String>,
         /// `email` or `in_app`.
         channel: Path<String>,
@@ -386,8 +389,10 @@ impl TemplatesApi {
         Ok(TemplateResponse::Ok(Json(template_out(&version, None))))
     }
 
-    /// The published template of an event type and channel: every locale,
-    /// or the one named by `?locale=` (exactly that locale, no fallback).
+    /// Read a published template.
+    ///
+    /// The published version for an event type and channel: every locale, or
+    /// the one named by `?locale=` (exactly that locale, no fallback).
     #[oai(
         path = "/v1/templates/:event_type/:channel",
         method = "get",
@@ -396,9 +401,11 @@ impl TemplatesApi {
     async fn get(
         &self,
         auth: ApiKeyAuth,
+        /// The event type the template renders, e.g. `invoice.overdue`.
         event_type: Path<String>,
         /// `email` or `in_app`.
         channel: Path<String>,
+        /// Only this locale (BCP 47), exactly, with no fallback.
         locale: Query<Option<String>>,
     ) -> ApiResult<TemplateResponse> {
         let event_type = EventType::parse(event_type.0)?;
@@ -421,8 +428,10 @@ impl TemplatesApi {
         ))))
     }
 
-    /// Delete one locale (`?locale=`) or the whole template. Without a
-    /// template, alerts of the event type are rendered as before templates.
+    /// Delete a template.
+    ///
+    /// One locale (`?locale=`) or the whole template. Without a template,
+    /// alerts of the event type are rendered from their subject and payload.
     #[oai(
         path = "/v1/templates/:event_type/:channel",
         method = "delete",
@@ -431,9 +440,11 @@ impl TemplatesApi {
     async fn delete(
         &self,
         auth: ApiKeyAuth,
+        /// The event type the template renders, e.g. `invoice.overdue`.
         event_type: Path<String>,
         /// `email` or `in_app`.
         channel: Path<String>,
+        /// Delete only this locale (BCP 47); absent: the whole template.
         locale: Query<Option<String>>,
     ) -> ApiResult<TemplateDeleted> {
         let event_type = EventType::parse(event_type.0)?;
@@ -449,8 +460,10 @@ impl TemplatesApi {
         Ok(TemplateDeleted::Deleted)
     }
 
-    /// The tenant's published templates, by channel then event type, a page
-    /// at a time.
+    /// List templates.
+    ///
+    /// The tenant's published templates, by channel then event type, a page at
+    /// a time.
     #[oai(
         path = "/v1/templates",
         method = "get",
@@ -473,9 +486,12 @@ impl TemplatesApi {
         })))
     }
 
-    /// Render a template on sample data: the saved one for the event type,
-    /// channel and locale (with the recipients' fallback), or `template`.
-    /// Writes nothing.
+    /// Preview a template.
+    ///
+    /// Renders on sample data the saved template for the event type, channel
+    /// and locale (with the recipients' locale fallback), or the unsaved
+    /// `template` given. Answers the subject, HTML and text, the variables used
+    /// and the fuel spent. Writes nothing.
     #[oai(
         path = "/v1/templates/preview",
         method = "post",
@@ -541,7 +557,9 @@ impl TemplatesApi {
         })))
     }
 
-    /// The tenant's template settings.
+    /// Read the template settings.
+    ///
+    /// The tenant's default locale.
     #[oai(
         path = "/v1/template-settings",
         method = "get",
@@ -554,7 +572,10 @@ impl TemplatesApi {
         })))
     }
 
-    /// Set the tenant's default locale (absent: none, then `en`).
+    /// Set the template settings.
+    ///
+    /// The tenant's default locale, the third step of the locale fallback
+    /// (absent: none, then `en`).
     #[oai(
         path = "/v1/template-settings",
         method = "put",

@@ -77,7 +77,11 @@ pub enum TokensRevoked {
 
 #[OpenApi(tag = "ApiTags::Auth")]
 impl UserTokensApi {
-    /// Mint a user token (the same JWT a tenant's backend can sign itself).
+    /// Mint a user token.
+    ///
+    /// The same HS256 JWT (claims `sub`, `tid`, `iat`, `exp`) a tenant's
+    /// backend can sign itself with the signing secret. Hand it to the user's
+    /// front end: it reads the feed, marks and streams with it.
     #[oai(
         path = "/v1/user-tokens",
         method = "post",
@@ -123,10 +127,13 @@ impl UserTokensApi {
         })))
     }
 
-    /// Rotate the tenant's signing secret. The new one signs from now on (with
-    /// its `kid`); the old one keeps verifying tokens for the configured
-    /// overlap (`TIDINGS_SIGNING_ROTATION_OVERLAP_SECS`, default 24 h). A
-    /// secret still in an earlier overlap stops verifying now.
+    /// Rotate the tenant's signing secret.
+    ///
+    /// The new one signs from now on (with its `kid`); the old one keeps
+    /// verifying tokens for the configured overlap
+    /// (`TIDINGS_SIGNING_ROTATION_OVERLAP_SECS`, default 24 h). A secret still in
+    /// an earlier overlap stops verifying now, and streams opened with its tokens
+    /// close.
     #[oai(
         path = "/v1/signing-secret/rotate",
         method = "post",
@@ -150,9 +157,11 @@ impl UserTokensApi {
         })))
     }
 
-    /// Revoke every token of a user issued until now (e.g. on logout
-    /// everywhere, a password change, or a stolen device). Tokens issued later
-    /// work; every instance refuses the old ones within 5 seconds.
+    /// Revoke every token of a user issued until now.
+    ///
+    /// For logout everywhere, a password change or a stolen device. Tokens
+    /// issued later work; every instance refuses the old ones within 5 seconds
+    /// and closes the streams they opened.
     #[oai(
         path = "/v1/users/:user_id/revoke-tokens",
         method = "post",
@@ -161,6 +170,7 @@ impl UserTokensApi {
     async fn revoke_tokens(
         &self,
         auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
     ) -> ApiResult<TokensRevoked> {
         let user = UserId::parse(user_id.0)?;

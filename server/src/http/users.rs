@@ -101,6 +101,10 @@ pub fn validate_email(email: &str) -> ApiResult<()> {
 #[OpenApi(tag = "ApiTags::Users")]
 impl UsersApi {
     /// Create or replace a recipient's contact data.
+    ///
+    /// Email, display name, locale (BCP 47, for templates) and IANA time zone.
+    /// Fields left out are cleared. Feeds and memberships do not need this; only
+    /// email and templated deliveries do.
     #[oai(
         path = "/v1/users/:user_id",
         method = "put",
@@ -109,6 +113,7 @@ impl UsersApi {
     async fn put(
         &self,
         auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
         user_id: Path<String>,
         body: Json<UserIn>,
     ) -> ApiResult<UserResponse> {
@@ -150,13 +155,20 @@ impl UsersApi {
         Ok(UserResponse::Ok(Json(row.into())))
     }
 
-    /// A recipient's contact data.
+    /// Read a recipient's contact data.
+    ///
+    /// 404 when none was stored for this user.
     #[oai(
         path = "/v1/users/:user_id",
         method = "get",
         operation_id = "users.get"
     )]
-    async fn get(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserResponse> {
+    async fn get(
+        &self,
+        auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
+        user_id: Path<String>,
+    ) -> ApiResult<UserResponse> {
         let user = UserId::parse(user_id.0)?;
         let row = users::get_user(&self.state.pool, auth.0.tenant_id, &user)
             .await?
@@ -165,12 +177,20 @@ impl UsersApi {
     }
 
     /// Forget a recipient's contact data.
+    ///
+    /// Later alerts find no email address for the user: their emails are
+    /// `skipped`.
     #[oai(
         path = "/v1/users/:user_id",
         method = "delete",
         operation_id = "users.delete"
     )]
-    async fn delete(&self, auth: ApiKeyAuth, user_id: Path<String>) -> ApiResult<UserDeleted> {
+    async fn delete(
+        &self,
+        auth: ApiKeyAuth,
+        /// The user, as the tenant names them (1–255 bytes, no control characters).
+        user_id: Path<String>,
+    ) -> ApiResult<UserDeleted> {
         let user = UserId::parse(user_id.0)?;
         if users::delete_user(&self.state.pool, auth.0.tenant_id, &user).await? {
             Ok(UserDeleted::Deleted)

@@ -173,7 +173,11 @@ fn validate_event_types(types: &Option<Vec<String>>) -> ApiResult<Option<Vec<Str
 
 #[OpenApi(tag = "ApiTags::Webhooks")]
 impl WebhookEndpointsApi {
-    /// Register a webhook endpoint; the response carries its signing secret.
+    /// Register a webhook endpoint.
+    ///
+    /// The answer carries its signing secret (Standard Webhooks), shown only
+    /// this once. URLs to private, loopback and translated addresses are refused
+    /// unless the server allows them.
     #[oai(
         path = "/v1/webhook-endpoints",
         method = "post",
@@ -226,9 +230,10 @@ impl WebhookEndpointsApi {
         Ok(EndpointCreated::Created(Json(with_secret(row, secret))))
     }
 
-    /// The tenant's webhook endpoints (without secrets), in creation order, a
-    /// page at a time. A tenant has at most `TIDINGS_MAX_WEBHOOK_ENDPOINTS`
-    /// (default 50).
+    /// List webhook endpoints.
+    ///
+    /// Without secrets, in creation order, a page at a time. A tenant has at
+    /// most `TIDINGS_MAX_WEBHOOK_ENDPOINTS` (default 50).
     #[oai(
         path = "/v1/webhook-endpoints",
         method = "get",
@@ -256,26 +261,40 @@ impl WebhookEndpointsApi {
         })))
     }
 
-    /// One webhook endpoint (without its secret).
+    /// Read a webhook endpoint.
+    ///
+    /// Without its secret.
     #[oai(
         path = "/v1/webhook-endpoints/:id",
         method = "get",
         operation_id = "webhook-endpoints.get"
     )]
-    async fn get(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointResponse> {
+    async fn get(
+        &self,
+        auth: ApiKeyAuth,
+        /// The endpoint's id.
+        id: Path<Uuid>,
+    ) -> ApiResult<EndpointResponse> {
         let row = store::get_endpoint(&self.state.pool, auth.0.tenant_id, *id)
             .await?
             .ok_or_else(not_found)?;
         Ok(EndpointResponse::Ok(Json(row.into())))
     }
 
-    /// Delete an endpoint. Its queued deliveries are not retargeted.
+    /// Delete a webhook endpoint.
+    ///
+    /// Its queued deliveries are not retargeted to another endpoint.
     #[oai(
         path = "/v1/webhook-endpoints/:id",
         method = "delete",
         operation_id = "webhook-endpoints.delete"
     )]
-    async fn delete(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointDeleted> {
+    async fn delete(
+        &self,
+        auth: ApiKeyAuth,
+        /// The endpoint's id.
+        id: Path<Uuid>,
+    ) -> ApiResult<EndpointDeleted> {
         if store::delete_endpoint(&self.state.pool, auth.0.tenant_id, *id).await? {
             Ok(EndpointDeleted::Deleted)
         } else {
@@ -283,15 +302,22 @@ impl WebhookEndpointsApi {
         }
     }
 
-    /// Issue a new secret. The old one keeps signing (as a second signature) for
-    /// the configured grace period (default 24 h); a secret already in its grace
-    /// period is dropped.
+    /// Rotate a webhook endpoint's secret.
+    ///
+    /// The old one keeps signing (as a second signature) for the configured
+    /// grace period (default 24 h), so a receiver can switch without losing a
+    /// message; a secret already in its grace period is dropped.
     #[oai(
         path = "/v1/webhook-endpoints/:id/rotate-secret",
         method = "post",
         operation_id = "webhook-endpoints.rotate-secret"
     )]
-    async fn rotate_secret(&self, auth: ApiKeyAuth, id: Path<Uuid>) -> ApiResult<EndpointRotated> {
+    async fn rotate_secret(
+        &self,
+        auth: ApiKeyAuth,
+        /// The endpoint's id.
+        id: Path<Uuid>,
+    ) -> ApiResult<EndpointRotated> {
         let grace = self.state.settings.alerts.webhook_rotation_grace();
         let secret = new_secret();
         let row = store::rotate_endpoint_secret(
