@@ -169,7 +169,7 @@ class Inbox {
           this.render();
           return;
         }
-        this.model.merge(page.items);
+        this.announceNew(this.model.merge(page.items));
         if (page.items.length < limit) break;
       }
       const consistent =
@@ -242,7 +242,7 @@ class Inbox {
       this.refresh().catch((err) => this.setStatus(err.message));
     });
     source.addEventListener("item", (e) => {
-      this.model.merge([JSON.parse(e.data)]);
+      this.announceNew(this.model.merge([JSON.parse(e.data)]));
       this.render();
     });
     source.addEventListener("marks", (e) => {
@@ -289,7 +289,7 @@ class Inbox {
    * an answer may lack the others: only a mark that was alone from start to
    * answer is checked; the rest is settled by a refresh once all are answered.
    */
-  async ownMark(method, path, body) {
+  async ownMark(method, path, body, read = null) {
     const alone = this.marksInFlight === 0;
     const generation = ++this.markGeneration;
     this.marksInFlight += 1;
@@ -298,6 +298,7 @@ class Inbox {
     try {
       const marks = await this.call(method, path, body);
       this.model.adoptMarks(marks);
+      if (read) this.emit("tidings:read", { ...read, marks });
       if (alone && generation === this.markGeneration) {
         check = this.model.checkAgainst(marks);
       }
@@ -322,9 +323,13 @@ class Inbox {
 
   async markAllRead() {
     const upTo = this.model.markAllRead();
+    // The button is disabled once nothing is unread, and a disabled button
+    // drops the focus: a keyboard user keeps it on the list.
+    const hadFocus = this.activeElement() === this.readAll;
     this.render();
+    if (hadFocus) (this.list.querySelector("li") ?? this.bell).focus();
     if (upTo === null) return;
-    await this.ownMark("POST", "/v1/feed/read", { up_to: upTo });
+    await this.ownMark("POST", "/v1/feed/read", { up_to: upTo }, { upTo });
   }
 
   async markSeen() {
@@ -337,7 +342,7 @@ class Inbox {
   async markRead(id) {
     if (!this.model.markItemRead(id)) return;
     this.render();
-    await this.ownMark("POST", `/v1/feed/items/${id}/read`);
+    await this.ownMark("POST", `/v1/feed/items/${id}/read`, undefined, { id });
   }
 
   toggle(open = !this.open) {
@@ -400,11 +405,12 @@ class Inbox {
     };
     this.el = el;
     const panelId = `tidings-panel-${Math.random().toString(36).slice(2)}`;
-    this.count = el("span", { class: "tdg-badge", "aria-hidden": "true" });
+    this.count = el("span", { class: "tdg-badge", part: "badge", "aria-hidden": "true" });
     this.bell = el(
       "button",
       {
         class: "tdg-bell",
+        part: "bell",
         type: "button",
         "aria-haspopup": "true",
         "aria-controls": panelId,
@@ -417,7 +423,7 @@ class Inbox {
     this.summary = el("span", { class: "tdg-summary" });
     this.readAll = el(
       "button",
-      { class: "tdg-read-all", type: "button", onclick: () => this.markAllRead() },
+      { class: "tdg-read-all", part: "mark-all", type: "button", onclick: () => this.markAllRead() },
       "Mark all as read",
     );
     this.liveDot = el("span", { class: "tdg-live" });
@@ -439,7 +445,7 @@ class Inbox {
     this.empty = el("p", { class: "tdg-empty" }, "You're all caught up.");
     this.panel = el(
       "section",
-      { class: "tdg-panel", id: panelId, "aria-label": "Inbox" },
+      { class: "tdg-panel", part: "panel", id: panelId, "aria-label": "Inbox" },
       el(
         "header",
         { class: "tdg-head" },
@@ -467,7 +473,7 @@ class Inbox {
 
   onKey(e) {
     const items = [...this.list.querySelectorAll("li")];
-    const at = items.indexOf(document.activeElement);
+    const at = items.indexOf(this.activeElement());
     if (e.key === "ArrowDown" || e.key === "j") {
       items[Math.min(at + 1, items.length - 1)]?.focus();
       e.preventDefault();
@@ -484,6 +490,23 @@ class Inbox {
       this.markRead(Number(items[at].dataset.id));
       e.preventDefault();
     }
+  }
+
+  /** The focused element, also when the inbox lives in a shadow root (the
+   * document's active element is then the shadow host). */
+  activeElement() {
+    return this.root.getRootNode().activeElement;
+  }
+
+  /** A DOM event for the host page: it bubbles out of a shadow root too. */
+  emit(type, detail) {
+    this.root.dispatchEvent(new CustomEvent(type, { detail, bubbles: true, composed: true }));
+  }
+
+  /** Items that arrived live (stream or poll), newest last, as `tidings:item`
+   * events; the first page and older pages are not news. */
+  announceNew(added) {
+    for (const entry of [...added].reverse()) this.emit("tidings:item", { item: entry.item });
   }
 
   setStatus(text) {
@@ -511,7 +534,7 @@ class Inbox {
     const items = this.model.items();
     this.empty.hidden = items.length > 0;
     this.list.setAttribute("aria-busy", String(this.loadingOlder));
-    const focusedId = document.activeElement?.closest?.("li")?.dataset.id;
+    const focusedId = this.activeElement()?.closest?.("li")?.dataset.id;
     const existing = new Map([...this.list.children].map((li) => [li.dataset.id, li]));
     const next = items.map((item, index) => {
       const li = existing.get(String(item.id)) ?? this.itemNode(item);
@@ -535,7 +558,7 @@ class Inbox {
     });
     const li = el(
       "li",
-      { class: "tdg-item", tabindex: "0", role: "article", "aria-labelledby": titleId, "data-id": String(item.id) },
+      { class: "tdg-item", part: "item", tabindex: "0", role: "article", "aria-labelledby": titleId, "data-id": String(item.id) },
       el("span", { class: "tdg-avatar", "aria-hidden": "true", style: `--tdg-hue: ${hue(item)}` }, initials(item)),
       el(
         "div",

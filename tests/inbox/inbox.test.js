@@ -141,20 +141,20 @@ test('the page shows a seeded feed, newest first, styled by read state, and scro
   await page.screenshot({ path: path.join(SHOTS, 'seeded.png') });
   // Infinite scroll: the rest arrives on next_before, read items styled so.
   await page.$eval('.tdg-sentinel', (s) => s.scrollIntoView());
-  await page.waitForFunction(() => document.querySelectorAll('.tdg-item').length === 30);
+  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelectorAll('.tdg-item').length === 30);
   assert.equal(await page.$$eval('.tdg-item:not(.tdg-item--unread)', (l) => l.length), 10);
   // Accessible: the list is a feed, the badge is announced, keys move focus.
   assert.equal(await page.$eval('.tdg-list', (l) => l.getAttribute('role')), 'feed');
   assert.match(await page.$eval('.tdg-bell', (b) => b.getAttribute('aria-label')), /20 unread/);
   await page.focus('.tdg-item');
   await page.keyboard.press('ArrowDown');
-  assert.equal(await page.evaluate(() => document.activeElement.dataset.id), String(oldest.items[1].id));
+  assert.equal(await page.evaluate(() => (document.activeElement.shadowRoot?.activeElement ?? document.activeElement).dataset.id), String(oldest.items[1].id));
   await page.keyboard.press('r');
-  await page.waitForFunction(() => document.querySelector('.tdg-bell').dataset.unread === '19');
+  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '19');
   await settled(page);
   assert.equal((await t.counts()).unread, 19);
   // The README's picture (docs/inbox.png is a copy): read and unread items.
-  await page.evaluate(() => { document.activeElement.blur(); window.scrollTo(0, 0); });
+  await page.evaluate(() => { (document.activeElement.shadowRoot?.activeElement ?? document.activeElement).blur(); window.scrollTo(0, 0); });
   await page.screenshot({ path: path.join(SHOTS, 'readme.png'), clip: { x: 40, y: 0, width: 640, height: 560 } });
   assert.deepEqual(page.errors, []);
   await page.close();
@@ -232,7 +232,7 @@ test('mark all as read in one tab clears the badge in another within 1 s', async
   for (let i = 0; i < 5; i++) await t.post();
   const one = await openInbox(t.token);
   const two = await openInbox(t.token);
-  await two.waitForFunction(() => document.querySelector('.tdg-bell').dataset.unread === '5');
+  await two.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '5');
   await one.click('.tdg-read-all');
   const ms = await within(LIVE_TIMEOUT_MS, 'the badge of tab 2', async () => (await badgeText(two)) === '0');
   report('live_other_tab_cleared_ms', ms);
@@ -263,7 +263,7 @@ test('after 200 random operations the WebAssembly badge equals GET /v1/feed/coun
     } else if (r < 0.5) {
       const posted = await t.post(removed || random() < 0.5 ? 'design' : 'ops');
       ops.post += 1;
-      await page.waitForFunction((id) => document.querySelector(`.tdg-item[data-id="${id}"]`), posted.id);
+      await page.waitForFunction((id) => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector(`.tdg-item[data-id="${id}"]`), posted.id);
     } else if (r < 0.6) {
       // Disabled when nothing is unread (a click would wait for it).
       if (await page.$eval('.tdg-read-all', (b) => !b.disabled)) {
@@ -347,7 +347,7 @@ test('an event whose transaction commits late appears later, unread', async () =
   const page = await openInbox(t.token);
   await page.waitForSelector('.tdg-item');
   await page.click('.tdg-read-all');
-  await page.waitForFunction(() => document.querySelector('.tdg-bell').dataset.unread === '0');
+  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '0');
   const held = eventInOpenTransaction(t.id, 'design', 'Committed late');
   await held.inserted;
   await t.post('design', 'Posted after');
@@ -368,6 +368,13 @@ test('an event whose transaction commits late appears later, unread', async () =
   await page.close();
 });
 
+/** Serves `html` as the page of the foreign origin (INBOX_FOREIGN_ORIGIN). */
+function serveOnForeignOrigin(html) {
+  const server = http.createServer((req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(html));
+  const port = Number(new URL(process.env.INBOX_FOREIGN_ORIGIN).port);
+  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve(server)));
+}
+
 /** A host page on another origin that mounts the inbox with mountInbox. */
 function hostPage(token) {
   const html = `<!doctype html><meta charset="utf-8"><title>Host app</title>
@@ -379,9 +386,7 @@ function hostPage(token) {
   window.tidingsInbox = await mountInbox(document.getElementById("bell"), {
     baseUrl: "${BASE}", getToken: async () => "${token}" });
 </script>`;
-  const server = http.createServer((req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(html));
-  const port = Number(new URL(process.env.INBOX_FOREIGN_ORIGIN).port);
-  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve(server)));
+  return serveOnForeignOrigin(html);
 }
 
 test('with CORS configured, the inbox works from another origin', async () => {
@@ -406,6 +411,141 @@ test('with CORS configured, the inbox works from another origin', async () => {
     await page.waitForSelector('.tdg-item');
     assert.match((await itemTexts(page))[0], /Hello from across origins/);
     await page.screenshot({ path: path.join(SHOTS, 'cross-origin.png') });
+    await page.close();
+  } finally {
+    host.close();
+  }
+});
+
+/** A product's page on another origin with the <tidings-inbox> element,
+ * themed from outside through a custom property and a part, recording the
+ * element's DOM events. */
+function elementHostPage(token) {
+  return serveOnForeignOrigin(`<!doctype html><meta charset="utf-8"><title>Acme</title>
+<style>
+  body { font-family: system-ui; margin: 24px; background: #f8fafc; }
+  header { display: flex; justify-content: space-between; align-items: center; max-width: 680px; }
+  tidings-inbox { --tidings-accent: #0f766e; }
+  tidings-inbox::part(badge) { background: #0f766e; }
+</style>
+<header><strong>Acme dashboard</strong>
+<tidings-inbox api="${BASE}" token="${token}" limit="10"></tidings-inbox></header>
+<script type="module" src="${BASE}/inbox/tidings-inbox.js"></script>
+<script type="module">
+  window.events = [];
+  const element = document.querySelector('tidings-inbox');
+  for (const type of ['tidings:item', 'tidings:read']) {
+    element.addEventListener(type, (e) => window.events.push({ type, detail: e.detail }));
+  }
+  const ready = (inbox) => { window.tidingsInbox = inbox; };
+  if (element.inbox) ready(element.inbox);
+  else element.addEventListener('tidings:ready', (e) => ready(e.detail.inbox));
+</script>`);
+}
+
+test('<tidings-inbox> on another origin: keyboard only, live items, its events, and a badge equal to the server\'s count', async () => {
+  const t = await tenant('element');
+  for (let i = 0; i < 12; i++) await t.post();
+  const host = await elementHostPage(t.token);
+  try {
+    const page = await browser.newPage({ viewport: { width: 760, height: 720 } });
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e));
+    await page.goto(process.env.INBOX_FOREIGN_ORIGIN);
+    await page.waitForFunction(() => window.tidingsInbox !== undefined, null, { timeout: 30000 });
+    const inShadow = (selector, read) => page.$eval('tidings-inbox',
+      (element, [selector, read]) => {
+        const node = element.shadowRoot.querySelector(selector);
+        return read === 'text' ? node.textContent : node.getAttribute(read);
+      }, [selector, read]);
+    const badge = () => inShadow('[part~="badge"]', 'text');
+    const focused = () => page.evaluate(() => {
+      const active = document.activeElement.shadowRoot?.activeElement;
+      return active ? (active.getAttribute('part') ?? active.tagName) : null;
+    });
+    await page.waitForFunction(() =>
+      document.querySelector('tidings-inbox').shadowRoot.querySelector('[part~="badge"]').textContent === '12');
+    // Themed from outside: the host's custom property reaches the shadow root.
+    const accent = await page.$eval('tidings-inbox', (element) =>
+      getComputedStyle(element.shadowRoot.querySelector('.tdg-inbox')).getPropertyValue('--tdg-accent').trim());
+    assert.equal(accent, '#0f766e');
+
+    // Keyboard only: Tab reaches the bell, Enter opens the panel on its first
+    // item, the arrows move, r reads, Shift+Tab from the first item reaches
+    // "mark all as read", Escape closes and gives the focus back to the bell.
+    await page.keyboard.press('Tab');
+    assert.equal(await focused(), 'bell');
+    await page.keyboard.press('Enter');
+    assert.equal(await inShadow('[part~="bell"]', 'aria-expanded'), 'true');
+    assert.equal(await focused(), 'item');
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('r');
+    await settled(page);
+    assert.equal(await badge(), '11');
+    assert.equal((await t.counts()).unread, 11);
+    await page.keyboard.press('Home');
+    await page.keyboard.press('Shift+Tab');
+    assert.equal(await focused(), 'mark-all');
+    // front-end.md's picture (docs/inbox-element.png is a copy).
+    await page.screenshot({ path: path.join(SHOTS, 'element.png') });
+    await page.keyboard.press('Enter');
+    await settled(page);
+    assert.equal(await badge(), '');
+    assert.equal(await focused(), 'item', 'the focus stays in the panel');
+    assert.equal((await t.counts()).unread, 0);
+    await page.keyboard.press('Escape');
+    assert.equal(await inShadow('[part~="bell"]', 'aria-expanded'), 'false');
+    assert.equal(await focused(), 'bell');
+    const reads = await page.evaluate(() => window.events.filter((e) => e.type === 'tidings:read'));
+    assert.equal(reads.length, 2, JSON.stringify(reads));
+    assert.equal(typeof reads[0].detail.id, 'number');
+    assert.equal(reads[1].detail.marks.unread_count, 0);
+
+    // Live: a posted event is in the badge within 1 s, and announced.
+    const posted = await t.post('design', 'Live into the element');
+    const ms = await within(LIVE_TIMEOUT_MS, 'the badge', async () => (await badge()) === '1');
+    report('live_element_badge_ms', ms);
+    const items = await page.evaluate(() => window.events.filter((e) => e.type === 'tidings:item'));
+    assert.deepEqual(items.map((e) => e.detail.item.id), [posted.id]);
+
+    // Random operations from the page and from elsewhere: after each, the
+    // badge part says what GET /v1/feed/counts says.
+    let seed = Number(process.env.INBOX_SEED ?? Date.now() % 100000);
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    console.log(`element INBOX_SEED=${seed}`);
+    await page.click('tidings-inbox >> [part~="bell"]');
+    let drift = 0;
+    for (let op = 0; op < 100; op++) {
+      const r = random();
+      if (r < 0.5) {
+        const { id } = await t.post();
+        await page.waitForFunction((id) =>
+          document.querySelector('tidings-inbox').shadowRoot.querySelector(`[part~="item"][data-id="${id}"]`), id);
+      } else if (r < 0.6) {
+        if (await page.$eval('tidings-inbox', (e) => !e.shadowRoot.querySelector('[part~="mark-all"]').disabled)) {
+          await page.click('tidings-inbox >> [part~="mark-all"]');
+        }
+      } else if (r < 0.8) {
+        const unread = await page.$$eval('tidings-inbox >> .tdg-item--unread', (l) => l.map((li) => li.dataset.id));
+        if (unread.length) await page.click(`tidings-inbox >> [part~="item"][data-id="${unread[Math.floor(random() * unread.length)]}"] .tdg-title`);
+      } else {
+        // Another tab (the API directly) reads everything: the page learns it
+        // from the stream.
+        const { head } = await api('GET', '/v1/feed?limit=1', t.token);
+        if (head) await api('POST', '/v1/feed/read', t.token, { up_to: head });
+      }
+      await settled(page);
+      const server = await t.counts();
+      try {
+        await within(LIVE_TIMEOUT_MS, `op ${op}`, async () => Number((await badge()) || 0) === server.unread);
+      } catch {
+        drift += 1;
+        console.log(`element op ${op}: badge ${await badge()} server ${JSON.stringify(server)}`);
+      }
+    }
+    report('element_random_drift', drift);
+    assert.equal(drift, 0);
+    assert.deepEqual(errors, []);
     await page.close();
   } finally {
     host.close();

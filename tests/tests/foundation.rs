@@ -117,10 +117,19 @@ async fn the_inbox_page_is_served_and_a_setting_turns_it_off() {
         assert!(page.text.contains(r#"src="./page.js""#), "{}", page.text);
         let policy = page.header("content-security-policy").unwrap_or_default();
         assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        // The page is a host of the element.
         let start = app.raw(Method::GET, "/inbox/page.js").reply(200).await;
-        assert!(start.text.contains("mountInbox"));
+        assert!(start.text.contains("tidings-inbox"));
+        let element = app
+            .raw(Method::GET, "/inbox/tidings-inbox.js")
+            .reply(200)
+            .await;
+        assert!(element
+            .text
+            .contains(r#"customElements.define("tidings-inbox""#));
         for (path, kind) in [
             ("/inbox/page.js", "text/javascript"),
+            ("/inbox/tidings-inbox.js", "text/javascript"),
             ("/inbox/inbox.js", "text/javascript"),
             ("/inbox/model.js", "text/javascript"),
             ("/inbox/inbox.css", "text/css"),

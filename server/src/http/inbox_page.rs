@@ -1,8 +1,9 @@
 //! The inbox page, `/inbox/`: static ES modules (`server/inbox/`) and the
 //! WebAssembly core (`wasm/pkg/web`, embedded at build time by `build.rs`),
 //! served from the binary. It calls the API like any front end, with a user
-//! token from the URL fragment or from a host page (`mountInbox`). Turned off
-//! by `TIDINGS_INBOX_PAGE=false`.
+//! token from the URL fragment or from a host page (the `<tidings-inbox>`
+//! element of `tidings-inbox.js`, or `mountInbox`). Turned off by
+//! `TIDINGS_INBOX_PAGE=false`.
 
 use std::{io::Write, sync::OnceLock};
 
@@ -23,6 +24,7 @@ mod core_files {
 const INDEX_HTML: &str = include_str!("../../inbox/index.html");
 const PAGE_JS: &str = include_str!("../../inbox/page.js");
 const INBOX_JS: &str = include_str!("../../inbox/inbox.js");
+const ELEMENT_JS: &str = include_str!("../../inbox/tidings-inbox.js");
 const MODEL_JS: &str = include_str!("../../inbox/model.js");
 const PREFERENCES_JS: &str = include_str!("../../inbox/preferences.js");
 const INBOX_CSS: &str = include_str!("../../inbox/inbox.css");
@@ -132,6 +134,7 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 static INDEX: Asset = Asset::page(INDEX_HTML.as_bytes());
 static PAGE: Asset = Asset::new(JS, PAGE_JS.as_bytes());
 static INBOX: Asset = Asset::new(JS, INBOX_JS.as_bytes());
+static ELEMENT: Asset = Asset::new(JS, ELEMENT_JS.as_bytes());
 static MODEL: Asset = Asset::new(JS, MODEL_JS.as_bytes());
 static PREFERENCES: Asset = Asset::new(JS, PREFERENCES_JS.as_bytes());
 static CSS: Asset = Asset::new("text/css; charset=utf-8", INBOX_CSS.as_bytes());
@@ -189,6 +192,7 @@ pub fn routes() -> Route {
         )
         .at("/page.js", serve(&PAGE))
         .at("/inbox.js", serve(&INBOX))
+        .at("/tidings-inbox.js", serve(&ELEMENT))
         .at("/model.js", serve(&MODEL))
         .at("/preferences.js", serve(&PREFERENCES))
         .at("/inbox.css", serve(&CSS))
