@@ -26,8 +26,10 @@ const STYLES = new URL("./inbox.css", import.meta.url);
 const DEFAULT_API = new URL(import.meta.url).origin;
 
 export class TidingsInbox extends HTMLElement {
-  /** A function returning a user token (string or promise); beats `token`. */
-  getToken = null;
+  // `getToken` (a function returning a user token, string or promise; it
+  // beats `token`) is read at each request and is deliberately not a class
+  // field: a host page may set it before this module defines the element,
+  // and a field's initializer would overwrite it at the upgrade.
   /** The mounted inbox's handle (badge(), stats(), markAllRead(), …). */
   inbox = null;
   #mounting = null;
@@ -44,7 +46,7 @@ export class TidingsInbox extends HTMLElement {
     const limit = Number(this.getAttribute("limit"));
     this.#mounting = mountInbox(host, {
       baseUrl: this.getAttribute("api") ?? DEFAULT_API,
-      getToken: () => (this.getToken ? this.getToken() : this.getAttribute("token")),
+      getToken: () => (typeof this.getToken === "function" ? this.getToken() : this.getAttribute("token")),
       pageSize: Number.isInteger(limit) && limit > 0 ? limit : undefined,
       open: this.hasAttribute("open"),
     }).then((inbox) => {

@@ -429,7 +429,11 @@ function elementHostPage(token) {
   tidings-inbox::part(badge) { background: #0f766e; }
 </style>
 <header><strong>Acme dashboard</strong>
-<tidings-inbox api="${BASE}" token="${token}" limit="10"></tidings-inbox></header>
+<tidings-inbox api="${BASE}" limit="10"></tidings-inbox></header>
+<script>
+  // Set before the element's module defines it: it must survive the upgrade.
+  document.querySelector('tidings-inbox').getToken = async () => "${token}";
+</script>
 <script type="module" src="${BASE}/inbox/tidings-inbox.js"></script>
 <script type="module">
   window.events = [];
