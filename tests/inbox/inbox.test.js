@@ -86,6 +86,13 @@ test.after(async () => {
 
 async function openInbox(token, origin = BASE) {
   const page = await browser.newPage({ viewport: { width: 720, height: 900 } });
+  // The page hosts <tidings-inbox>: its nodes and its focus are in the
+  // element's shadow root (Playwright's selectors pierce it; page functions
+  // ask these).
+  await page.addInitScript(() => {
+    window.inboxRoot = () => document.querySelector('tidings-inbox')?.shadowRoot ?? document;
+    window.inboxFocus = () => document.activeElement.shadowRoot?.activeElement ?? document.activeElement;
+  });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e));
   await page.goto(`${origin}/inbox/#token=${token}`);
@@ -141,20 +148,20 @@ test('the page shows a seeded feed, newest first, styled by read state, and scro
   await page.screenshot({ path: path.join(SHOTS, 'seeded.png') });
   // Infinite scroll: the rest arrives on next_before, read items styled so.
   await page.$eval('.tdg-sentinel', (s) => s.scrollIntoView());
-  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelectorAll('.tdg-item').length === 30);
+  await page.waitForFunction(() => inboxRoot().querySelectorAll('.tdg-item').length === 30);
   assert.equal(await page.$$eval('.tdg-item:not(.tdg-item--unread)', (l) => l.length), 10);
   // Accessible: the list is a feed, the badge is announced, keys move focus.
   assert.equal(await page.$eval('.tdg-list', (l) => l.getAttribute('role')), 'feed');
   assert.match(await page.$eval('.tdg-bell', (b) => b.getAttribute('aria-label')), /20 unread/);
   await page.focus('.tdg-item');
   await page.keyboard.press('ArrowDown');
-  assert.equal(await page.evaluate(() => (document.activeElement.shadowRoot?.activeElement ?? document.activeElement).dataset.id), String(oldest.items[1].id));
+  assert.equal(await page.evaluate(() => inboxFocus().dataset.id), String(oldest.items[1].id));
   await page.keyboard.press('r');
-  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '19');
+  await page.waitForFunction(() => inboxRoot().querySelector('.tdg-bell').dataset.unread === '19');
   await settled(page);
   assert.equal((await t.counts()).unread, 19);
   // The README's picture (docs/inbox.png is a copy): read and unread items.
-  await page.evaluate(() => { (document.activeElement.shadowRoot?.activeElement ?? document.activeElement).blur(); window.scrollTo(0, 0); });
+  await page.evaluate(() => { inboxFocus().blur(); window.scrollTo(0, 0); });
   await page.screenshot({ path: path.join(SHOTS, 'readme.png'), clip: { x: 40, y: 0, width: 640, height: 560 } });
   assert.deepEqual(page.errors, []);
   await page.close();
@@ -232,7 +239,7 @@ test('mark all as read in one tab clears the badge in another within 1 s', async
   for (let i = 0; i < 5; i++) await t.post();
   const one = await openInbox(t.token);
   const two = await openInbox(t.token);
-  await two.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '5');
+  await two.waitForFunction(() => inboxRoot().querySelector('.tdg-bell').dataset.unread === '5');
   await one.click('.tdg-read-all');
   const ms = await within(LIVE_TIMEOUT_MS, 'the badge of tab 2', async () => (await badgeText(two)) === '0');
   report('live_other_tab_cleared_ms', ms);
@@ -263,7 +270,7 @@ test('after 200 random operations the WebAssembly badge equals GET /v1/feed/coun
     } else if (r < 0.5) {
       const posted = await t.post(removed || random() < 0.5 ? 'design' : 'ops');
       ops.post += 1;
-      await page.waitForFunction((id) => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector(`.tdg-item[data-id="${id}"]`), posted.id);
+      await page.waitForFunction((id) => inboxRoot().querySelector(`.tdg-item[data-id="${id}"]`), posted.id);
     } else if (r < 0.6) {
       // Disabled when nothing is unread (a click would wait for it).
       if (await page.$eval('.tdg-read-all', (b) => !b.disabled)) {
@@ -347,7 +354,7 @@ test('an event whose transaction commits late appears later, unread', async () =
   const page = await openInbox(t.token);
   await page.waitForSelector('.tdg-item');
   await page.click('.tdg-read-all');
-  await page.waitForFunction(() => (document.querySelector('tidings-inbox')?.shadowRoot ?? document).querySelector('.tdg-bell').dataset.unread === '0');
+  await page.waitForFunction(() => inboxRoot().querySelector('.tdg-bell').dataset.unread === '0');
   const held = eventInOpenTransaction(t.id, 'design', 'Committed late');
   await held.inserted;
   await t.post('design', 'Posted after');
