@@ -212,3 +212,14 @@ build_dev_binaries() {
 ensure_node() {
   command -v node >/dev/null 2>&1 || apt_install nodejs npm
 }
+
+# clients/typescript's npm packages (its build, its linters, the type
+# generator) from its lock file: installed when missing or older than the
+# lock (npm writes node_modules/.package-lock.json at each install); offline
+# after that.
+ensure_client_packages() {
+  local client=$TIDINGS_ROOT/clients/typescript
+  if [[ ! $client/node_modules/.package-lock.json -nt $client/package-lock.json ]]; then
+    npm --prefix "$client" ci --no-audit --no-fund --silent
+  fi
+}

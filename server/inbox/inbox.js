@@ -5,12 +5,19 @@
 //   const inbox = await mountInbox(element, { baseUrl, getToken });
 //
 // `getToken()` returns a user token (string or promise); it is asked before
-// every request, so a host page can refresh tokens. Live updates come from
-// `GET /v1/feed/stream` (Server-Sent Events, authenticated by a single-use
-// ticket); where the server has no stream, the page polls `after=head`.
+// every request, so a host page can refresh tokens. It is built on
+// @tidings/client's browser parts, served beside it (compiled from
+// clients/typescript/src by scripts/gen-clients): the live stream
+// (`GET /v1/feed/stream` over fetch, resumed after the last item, refetched
+// after a reset), its problem errors, bounded retries of 429 and the
+// consistency token; where the server has no stream, it polls `after=head`.
 import initCore, * as core from "./core/tidings_core.js";
+import { CONSISTENCY_HEADER, ConsistencyTokens, TAKES_CONSISTENCY_TOKEN } from "./consistency.js";
+import { readJson, TidingsError } from "./errors.js";
 import { InboxModel } from "./model.js";
 import { PreferencePanel } from "./preferences.js";
+import { retryingFetch } from "./retry.js";
+import { openStream } from "./stream.js";
 
 const PAGE_SIZE = 20;
 const DEFAULT_POLL_MS = 500;
@@ -29,14 +36,6 @@ export async function mountInbox(element, options) {
   return inbox.handle();
 }
 
-class ApiError extends Error {
-  constructor(status, problem) {
-    super(problem?.detail ?? problem?.title ?? `HTTP ${status}`);
-    this.status = status;
-    this.problem = problem;
-  }
-}
-
 class Inbox {
   constructor(element, options) {
     this.root = element;
@@ -45,6 +44,8 @@ class Inbox {
     this.pollMs = options.pollMs ?? DEFAULT_POLL_MS;
     this.pageSize = options.pageSize ?? PAGE_SIZE;
     this.model = new InboxModel(core);
+    this.consistency = new ConsistencyTokens();
+    this.fetch = retryingFetch((request) => fetch(request));
     // `open: true` pins the panel open (the standalone page): the bell then
     // only marks what is shown as seen.
     this.pinned = options.open ?? false;
@@ -67,22 +68,25 @@ class Inbox {
 
   // ---- network -----------------------------------------------------------
 
+  /** One API call: its JSON, or a TidingsError with the problem body. */
   async call(method, path, body) {
     this.pending += 1;
     try {
-      const token = await this.getToken();
-      const response = await fetch(this.baseUrl + path, {
-        method,
-        headers: {
-          Authorization: `Bearer ${token}`,
-          ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const text = await response.text();
-      const json = text ? JSON.parse(text) : null;
-      if (!response.ok) throw new ApiError(response.status, json);
-      return json;
+      const headers = new Headers({ Authorization: `Bearer ${await this.getToken()}` });
+      if (body !== undefined) headers.set("Content-Type", "application/json");
+      const latest = this.consistency.latest;
+      if (latest && method === "GET" && TAKES_CONSISTENCY_TOKEN.test(path.split("?")[0])) {
+        headers.set(CONSISTENCY_HEADER, latest);
+      }
+      const response = await this.fetch(
+        new Request(this.baseUrl + path, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+        }),
+      );
+      this.consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+      return await readJson(response);
     } finally {
       this.pending -= 1;
     }
@@ -106,6 +110,7 @@ class Inbox {
     }
     this.model.load(page);
     this.render();
+    this.watchForOlder();
     if (this.timings.firstRenderMs === undefined) {
       this.timings.firstRenderMs = performance.now() - started;
       // Since navigation start: what a user waits for, module and wasm included.
@@ -123,10 +128,13 @@ class Inbox {
       if (this.model.nextBefore === before) this.model.appendOlder(page);
       this.render();
     } catch (err) {
+      // Scrolling again retries.
       this.setStatus(`Could not load older items: ${err.message}`);
+      return;
     } finally {
       this.loadingOlder = false;
     }
+    this.watchForOlder();
   }
 
   /**
@@ -215,60 +223,55 @@ class Inbox {
   }
 
   /** Opens the stream; falls back to polling where the server has none. */
-  async connect() {
+  connect() {
     if (this.closed) return;
-    let ticket;
-    try {
-      ticket = await this.call("POST", "/v1/feed/stream-tickets", {});
-    } catch (err) {
-      if (err instanceof ApiError && (err.status === 404 || err.status === 405)) {
-        this.pollLoop();
-        return;
-      }
-      this.setStatus(`Offline: ${err.message}; retrying`);
-      setTimeout(() => this.connect(), 2000);
-      return;
-    }
-    const params = new URLSearchParams({ ticket: ticket.ticket });
-    if (this.model.head) params.set("after", this.model.head);
-    const source = new EventSource(`${this.baseUrl}/v1/feed/stream?${params}`);
-    this.source = source;
-    source.addEventListener("open", () => {
+    const stream = openStream({
+      baseUrl: this.baseUrl,
+      token: () => this.getToken(),
+      after: this.model.head ?? undefined,
+      consistency: this.consistency,
+      resyncLimit: this.pageSize,
+    });
+    this.stream = stream;
+    stream.on("open", () => {
       this.live = "stream";
+      this.setStatus("");
       this.render();
       // The stream resumes items after the head, not marks: a mark made in
-      // another tab between this page's load and now would otherwise stay
-      // unseen until the next one. Refresh reads the counts as of now.
+      // another tab while it was down would otherwise stay unseen until the
+      // next one. Refresh reads the counts as of now.
       this.refresh().catch((err) => this.setStatus(err.message));
     });
-    source.addEventListener("item", (e) => {
-      this.announceNew(this.model.merge([JSON.parse(e.data)]));
+    stream.on("item", (item) => {
+      this.announceNew(this.model.merge([item]));
       this.render();
     });
-    source.addEventListener("marks", (e) => {
+    stream.on("marks", (marks) => {
       // Watermarks only move forward: adopting them is always safe. The
       // counts were read at some moment after the change, which may lie
       // before an own mark in flight or before an item still on its way;
       // refresh reads counts that match what the page holds.
-      this.model.adoptMarks(JSON.parse(e.data));
+      this.model.adoptMarks(marks);
       this.render();
       this.refresh().catch((err) => this.setStatus(err.message));
     });
-    const refetch = async () => {
-      source.close();
-      await this.reload().catch((err) => this.setStatus(err.message));
-      this.connect();
-    };
-    source.addEventListener("membership", refetch);
-    source.addEventListener("reset", refetch);
-    source.addEventListener("error", () => {
-      // Tickets are single use: reconnect with a new one, resuming at the head.
-      source.close();
-      if (this.source === source && !this.closed) {
-        this.live = "connecting";
-        this.render();
-        setTimeout(() => this.connect(), 500);
+    // A team left, or a reset the stream recovered from (it refetched the
+    // first page and reopened after it): the page loads its first page again.
+    const reload = () => this.reload().catch((err) => this.setStatus(err.message));
+    stream.on("membership", reload);
+    stream.on("resync", reload);
+    stream.on("reset", ({ reason }) => {
+      if (reason === "superseded") this.setStatus("Live updates stopped: this account has too many open tabs.");
+    });
+    stream.on("error", ({ error, willRetry }) => {
+      if (stream !== this.stream || this.closed) return;
+      if (!willRetry && error instanceof TidingsError && (error.status === 404 || error.status === 405)) {
+        this.pollLoop();
+        return;
       }
+      this.live = willRetry ? "connecting" : "offline";
+      this.setStatus(willRetry ? `Offline: ${error.message}; retrying` : `Live updates stopped: ${error.message}`);
+      this.render();
     });
   }
 
@@ -385,7 +388,7 @@ class Inbox {
       open: () => this.toggle(true),
       close: () => {
         this.closed = true;
-        this.source?.close();
+        this.stream?.close();
         this.root.replaceChildren();
       },
     };
@@ -466,9 +469,18 @@ class Inbox {
     });
     this.root.classList.add("tdg-inbox");
     this.root.replaceChildren(el("div", { class: "tdg-bar" }, this.bell, this.announce), this.panel);
-    new IntersectionObserver((entries) => {
+    this.olderObserver = new IntersectionObserver((entries) => {
       if (entries.some((e) => e.isIntersecting)) this.loadOlder();
-    }, { root: null, rootMargin: "200px" }).observe(this.sentinel);
+    }, { root: null, rootMargin: "200px" });
+    this.olderObserver.observe(this.sentinel);
+  }
+
+  /** After a page is shown: an observer reports only changes, so a page
+   * too short to push the sentinel out of view would never load the next
+   * one. Observing again reports where the sentinel is now. */
+  watchForOlder() {
+    this.olderObserver.unobserve(this.sentinel);
+    this.olderObserver.observe(this.sentinel);
   }
 
   onKey(e) {
@@ -529,7 +541,7 @@ class Inbox {
     this.summary.textContent = badge.unread ? `${shown} unread` : "";
     this.readAll.disabled = badge.unread === 0;
     this.liveDot.dataset.state = this.live;
-    this.liveDot.title = { stream: "Live", polling: "Live (polling)", connecting: "Connecting…" }[this.live] ?? "";
+    this.liveDot.title = { stream: "Live", polling: "Live (polling)", connecting: "Connecting…", offline: "Offline" }[this.live] ?? "";
     this.panel.hidden = !this.open;
     const items = this.model.items();
     this.empty.hidden = items.length > 0;

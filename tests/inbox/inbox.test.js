@@ -562,3 +562,72 @@ test('<tidings-inbox> on another origin: keyboard only, live items, its events, 
     host.close();
   }
 });
+
+/** The built package's dist/ (clients/typescript/build.mjs), served as plain
+ * files on another origin with a host page at `/`: a product that installed
+ * @tidings/client and serves its files itself. */
+function packageHostPage(token) {
+  const dist = path.join(ROOT, 'clients', 'typescript', 'dist');
+  const types = { '.js': 'text/javascript', '.css': 'text/css', '.wasm': 'application/wasm' };
+  const html = `<!doctype html><meta charset="utf-8"><title>Acme (npm)</title>
+<tidings-inbox api="${BASE}" limit="5" open></tidings-inbox>
+<script type="module">
+  import { TidingsInbox } from "/tidings-inbox.js";
+  const element = document.querySelector('tidings-inbox');
+  window.isTidingsInbox = element instanceof TidingsInbox;
+  element.getToken = async () => "${token}";
+  element.addEventListener('tidings:ready', (e) => { window.tidingsInbox = e.detail.inbox; });
+  if (element.inbox) window.tidingsInbox = element.inbox;
+</script>`;
+  const server = http.createServer((req, res) => {
+    const file = path.join(dist, path.normalize(new URL(req.url, 'http://x').pathname));
+    if (req.url === '/') return res.writeHead(200, { 'content-type': 'text/html' }).end(html);
+    if (!file.startsWith(dist + path.sep) || !fs.existsSync(file)) return res.writeHead(404).end();
+    res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream' });
+    res.end(fs.readFileSync(file));
+  });
+  const port = Number(new URL(process.env.INBOX_FOREIGN_ORIGIN).port);
+  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve(server)));
+}
+
+test('@tidings/client/element, served from the package by another origin: the badge, a live item, paging and a saved preference', async () => {
+  const t = await tenant('package');
+  for (let i = 0; i < 7; i++) await t.post();
+  await api('PUT', '/v1/categories/billing', t.key, { label: 'Billing', event_types: ['invoice.overdue'] });
+  const host = await packageHostPage(t.token);
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e));
+    await page.goto(process.env.INBOX_FOREIGN_ORIGIN);
+    await page.waitForFunction(() => window.tidingsInbox !== undefined, null, { timeout: 30000 });
+    assert.equal(await page.evaluate(() => window.isTidingsInbox), true);
+    const badge = () => page.$eval('tidings-inbox', (e) => e.shadowRoot.querySelector('[part~="badge"]').textContent);
+    await within(LIVE_TIMEOUT_MS, 'the first badge', async () => (await badge()) === '7');
+    // Live over the package's stream (fetch with the token, across origins).
+    await page.waitForFunction(() => window.tidingsInbox.stats().live === 'stream');
+    const posted = await t.post('design', 'Live into the package element');
+    const ms = await within(LIVE_TIMEOUT_MS, 'the live item', async () =>
+      page.$eval('tidings-inbox', (e, id) => !!e.shadowRoot.querySelector(`[part~="item"][data-id="${id}"]`), posted.id));
+    report('live_package_element_ms', ms);
+    assert.equal(await badge(), '8');
+    // Infinite scroll past the first page of 5.
+    await page.$eval('tidings-inbox', (e) => e.shadowRoot.querySelector('.tdg-sentinel').scrollIntoView());
+    await within(LIVE_TIMEOUT_MS, 'the older page', async () =>
+      (await page.$$eval('tidings-inbox >> [part~="item"]', (l) => l.length)) === 8);
+    // The settings panel saves across origins (a PATCH, so its preflight).
+    await page.evaluate(() => window.tidingsInbox.settings());
+    const box = 'tidings-inbox >> .tdg-prefs input[data-category="billing"][data-channel="email"]';
+    await page.waitForSelector(box);
+    await page.click(box);
+    await settled(page);
+    const saved = await api('GET', '/v1/users/alice/preferences', t.key);
+    const cell = saved.categories.find((r) => r.category.key === 'billing').channels.find((c) => c.channel === 'email');
+    assert.equal(cell.setting, 'off');
+    assert.equal((await page.evaluate(() => window.tidingsInbox.stats())).preferenceDrift, 0);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    host.close();
+  }
+});

@@ -268,7 +268,7 @@ async fn memberships_past_the_cap_are_refused_naming_it_and_nothing_is_stored() 
     }
     for team in &teams {
         let members = api.list_members(team, "").expect(200).await;
-        let is_member = members["members"].as_array().unwrap().len() == 1;
+        let is_member = members["data"].as_array().unwrap().len() == 1;
         assert_eq!(is_member, joined.contains(&team), "{team}: {members}");
     }
     // At the cap, an existing membership is still answered as such; another

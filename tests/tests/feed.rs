@@ -692,7 +692,7 @@ async fn tenants_are_sealed_and_users_read_only_their_own_feed() {
         json!({"unread": 0, "unseen": 0, "capped": false})
     );
     let listed = b_api.list_members("team", "").expect(200).await;
-    assert_eq!(listed["members"], json!([]));
+    assert_eq!(listed["data"], json!([]));
     b_api.delete_member("team", "u1").problem(404).await;
     let a_id = a_event["id"].as_i64().expect("id");
     b_user.mark_item_read(a_id).problem(404).await;
@@ -808,7 +808,7 @@ async fn membership_decides_what_a_user_sees() {
     let mut query = "?limit=2".to_string();
     loop {
         let page = api.list_members("big", &query).expect(200).await;
-        for m in page["members"].as_array().expect("members") {
+        for m in page["data"].as_array().expect("data") {
             seen.push(m["user_id"].as_str().expect("user").to_string());
         }
         match page["next_cursor"].as_str() {

@@ -243,6 +243,38 @@ fn every_operation_and_parameter_is_described() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
+/// Every request body has an example, and each example is a body the schema
+/// accepts (generated docs and "try it" consoles start from it).
+#[test]
+fn every_request_body_has_an_example_its_schema_accepts() {
+    let doc = generated_document();
+    let mut wrong = Vec::new();
+    for (path, operations) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in operations.as_object().expect("operations") {
+            let Some(media) = op["requestBody"]["content"].get("application/json") else {
+                continue;
+            };
+            let name = format!("{} {path}", method.to_uppercase());
+            let schema = media["schema"]["$ref"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+                .unwrap_or_else(|| panic!("{name}: the body is not a component"));
+            let example = media
+                .get("example")
+                .or_else(|| doc["components"]["schemas"][schema].get("example"));
+            match example {
+                None => wrong.push(format!("{name}: no example")),
+                Some(example) => {
+                    if let Err(why) = tidings_tests::openapi::check_component(schema, example) {
+                        wrong.push(format!("{name}: {why}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// The document `tidings openapi` prints, parsed.
 fn generated_document() -> Value {
     let out = Command::new(tidings_bin()).arg("openapi").output().unwrap();

@@ -7,34 +7,14 @@
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { paths } from "./schema.js";
 import { retryingFetch, type RetryOptions } from "./retry.js";
+import { CONSISTENCY_HEADER, ConsistencyTokens, TAKES_CONSISTENCY_TOKEN } from "./consistency.js";
 
 export type TidingsClient = Client<paths>;
 
 /** A credential, or a function asked before each request (tokens expire). */
 export type Credential = string | (() => string | Promise<string>);
 
-export const CONSISTENCY_HEADER = "Tidings-Consistency-Token";
-
-/**
- * The newest consistency token a write (or the stream's `marks` event)
- * handed out. With hot standbys, a read that sends it reflects that write on
- * any instance; without standbys the server sends none and this stays empty.
- * One per user session: share it between the REST client and the stream.
- */
-export class ConsistencyTokens {
-  #latest: string | undefined;
-
-  get latest(): string | undefined {
-    return this.#latest;
-  }
-
-  remember(token: string | null | undefined): void {
-    if (token) this.#latest = token;
-  }
-}
-
-/** Reads that take the token: the feed and its counts. */
-const TAKES_CONSISTENCY_TOKEN = /\/v1\/feed(\/counts)?$/;
+export { CONSISTENCY_HEADER, ConsistencyTokens } from "./consistency.js";
 
 export interface ClientOptions {
   /** Where Tidings listens, e.g. `http://127.0.0.1:8080`. */

@@ -137,6 +137,11 @@ export class TidingsError extends Error {
     this.requestId = init.requestId;
   }
 
+  /** The error of a failed answer whose body is still unread. */
+  static async read(response: Response): Promise<TidingsError> {
+    return TidingsError.fromResponse(response, parseBody(await response.text().catch(() => "")));
+  }
+
   /** The error of a failed answer: its problem body, or one made from its status. */
   static fromResponse(response: Response, body: unknown): TidingsError {
     const retryAfterSeconds = parseRetryAfter(response.headers.get("Retry-After"));
@@ -161,6 +166,23 @@ export class TidingsError extends Error {
       init,
     );
   }
+}
+
+function parseBody(text: string): unknown {
+  try {
+    return text === "" ? null : JSON.parse(text);
+  } catch {
+    return text; // not JSON (a proxy's page): the error is made from the status
+  }
+}
+
+/**
+ * The JSON of a plain `fetch` answer, or its TidingsError thrown: for code
+ * that calls the API without the REST client (the stream, the element).
+ */
+export async function readJson<T>(response: Response): Promise<T> {
+  if (!response.ok) throw await TidingsError.read(response);
+  return parseBody(await response.text()) as T;
 }
 
 function isProblemBody(body: unknown): body is Problem {

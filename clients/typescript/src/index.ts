@@ -15,6 +15,7 @@ export {
   ok,
   parseRetryAfter,
   PROBLEM_CODES,
+  readJson,
   TidingsError,
   type Problem,
   type ProblemCode,

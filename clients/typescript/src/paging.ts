@@ -1,6 +1,6 @@
-// Async iterators over every paged list, each in the page shape its
-// operation has today (the feed pages by `before`/`next_before`, the other
-// lists by `cursor`/`next_cursor`, under `members`, `data` or `deliveries`).
+// Async iterators over every paged list. The lists share one page shape,
+// `data` and `next_cursor`; the feed keeps its own (`items`, `next_before`,
+// beside its head and counts) and an alert nests its first deliveries.
 // A failed page throws a TidingsError; retries of 429 are the client's.
 import type { TidingsClient } from "./client.js";
 import { ok } from "./errors.js";
@@ -61,7 +61,7 @@ export function teamMembers(
           params: { path: { team_id: teamId }, query: { limit: paging.limit, cursor } },
         }),
       ),
-    (page) => page.members,
+    (page) => page.data,
     (page) => page.next_cursor,
   );
 }

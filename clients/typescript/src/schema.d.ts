@@ -1557,7 +1557,7 @@ export interface components {
          * @description One page of a team's members, ordered by user id.
          */
         MemberPage: {
-            members: components["schemas"]["MemberOut"][];
+            data: components["schemas"]["MemberOut"][];
             /**
              * @description Pass as `cursor` for the next page; null on the last page (a page has
              *     a cursor exactly when more members follow).
@@ -2249,6 +2249,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "name": "Acme"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TenantIn"];
             };
         };
@@ -2291,29 +2296,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2419,53 +2404,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -2531,53 +2469,6 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2657,53 +2548,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -2729,6 +2573,19 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "open_streams": 5000,
+                 *       "user_reads": {
+                 *         "burst": 60,
+                 *         "per_second": 20
+                 *       },
+                 *       "writes": {
+                 *         "burst": 1000,
+                 *         "per_second": 500
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["TenantRateLimitsIn"];
             };
         };
@@ -2789,17 +2646,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body exceeds the configured limit. */
             413: {
                 headers: {
@@ -2852,6 +2698,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "feed_retention_secs": 7776000
+                 *     }
+                 */
                 "application/json": components["schemas"]["FeedRetentionIn"];
             };
         };
@@ -2912,17 +2763,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body exceeds the configured limit. */
             413: {
                 headers: {
@@ -2972,6 +2812,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "ttl_seconds": 3600,
+                 *       "user_id": "alice"
+                 *     }
+                 */
                 "application/json": components["schemas"]["UserTokenIn"];
             };
         };
@@ -3014,29 +2860,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3101,15 +2927,6 @@ export interface operations {
                     "application/json": components["schemas"]["SigningSecretOut"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -3123,62 +2940,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3242,62 +3003,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3379,53 +3084,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3521,53 +3179,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -3631,62 +3242,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3803,29 +3358,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3894,6 +3429,31 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "events": [
+                 *         {
+                 *           "actor_id": "alice",
+                 *           "idempotency_key": "comment-9f2c",
+                 *           "object_id": "doc-42",
+                 *           "payload": {
+                 *             "text": "Looks good to me"
+                 *           },
+                 *           "team_id": "design",
+                 *           "type": "comment.created"
+                 *         },
+                 *         {
+                 *           "actor_id": "bob",
+                 *           "object_id": "doc-42",
+                 *           "payload": {
+                 *             "with": "ops"
+                 *           },
+                 *           "team_id": "design",
+                 *           "type": "doc.shared"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["EventBatchIn"];
             };
         };
@@ -3961,29 +3521,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4105,62 +3645,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -4232,62 +3716,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4381,29 +3809,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4523,29 +3931,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4673,44 +4061,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
@@ -4766,15 +4116,6 @@ export interface operations {
                     "application/json": components["schemas"]["StreamTicketOut"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -4788,62 +4129,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4938,62 +4223,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -5035,6 +4264,31 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "category": "billing",
+                 *       "channels": [
+                 *         "in_app",
+                 *         "email"
+                 *       ],
+                 *       "delivery": {
+                 *         "email": {
+                 *           "delay": "15m",
+                 *           "unless": "read"
+                 *         }
+                 *       },
+                 *       "entity_id": "invoice-42",
+                 *       "event_type": "invoice.overdue",
+                 *       "payload": {
+                 *         "amount": 120,
+                 *         "invoice": 42
+                 *       },
+                 *       "recipients": [
+                 *         "alice"
+                 *       ],
+                 *       "subject": "Invoice 42 is overdue"
+                 *     }
+                 */
                 "application/json": components["schemas"]["AlertIn"];
             };
         };
@@ -5084,15 +4338,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
@@ -5102,7 +4347,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
+            /** @description A request with the same Idempotency-Key is still in flight, or another alert of the same entity is being written (`entity_busy`); retry after Retry-After. */
             409: {
                 headers: {
                     /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
@@ -5232,53 +4477,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -5354,62 +4552,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5502,47 +4644,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
+            /** @description The delivery is being attempted right now (retry after Retry-After), or it is in a final state that cannot be retried (`delivery_not_retryable`, no Retry-After). */
             409: {
                 headers: {
                     /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -5623,53 +4729,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -5708,6 +4767,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "display_name": "Alice",
+                 *       "email": "alice@example.com",
+                 *       "locale": "fr-BE",
+                 *       "timezone": "Europe/Brussels"
+                 *     }
+                 */
                 "application/json": components["schemas"]["UserIn"];
             };
         };
@@ -5750,29 +4817,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5876,53 +4923,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -5990,62 +4990,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -6081,6 +5025,15 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "description": "Billing alerts to the ops tool",
+                 *       "event_types": [
+                 *         "invoice.overdue"
+                 *       ],
+                 *       "url": "https://hooks.example.com/tidings"
+                 *     }
+                 */
                 "application/json": components["schemas"]["WebhookEndpointIn"];
             };
         };
@@ -6123,29 +5076,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6253,53 +5186,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -6383,53 +5269,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
             503: {
                 headers: {
@@ -6495,53 +5334,6 @@ export interface operations {
             };
             /** @description The resource does not exist in this tenant. */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6623,53 +5415,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -6708,6 +5453,20 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "critical": false,
+                 *       "defaults": {
+                 *         "email": "on",
+                 *         "webhook": "off"
+                 *       },
+                 *       "event_types": [
+                 *         "invoice.overdue",
+                 *         "invoice.paid"
+                 *       ],
+                 *       "label": "Billing"
+                 *     }
+                 */
                 "application/json": components["schemas"]["CategoryIn"];
             };
         };
@@ -6759,15 +5518,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
@@ -6777,11 +5527,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
+            /** @description One of the event types already belongs to another category (`event_type_in_another_category`); move it out of that one first. */
             409: {
                 headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6848,15 +5596,6 @@ export interface operations {
                     "application/json": components["schemas"]["CategoryListOut"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -6870,62 +5609,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7011,62 +5694,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -7105,6 +5732,23 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "settings": [
+                 *         {
+                 *           "channel": "email",
+                 *           "key": "billing",
+                 *           "scope": "category",
+                 *           "setting": "off"
+                 *         },
+                 *         {
+                 *           "channel": "webhook",
+                 *           "scope": "global",
+                 *           "setting": "on"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["SettingsIn"];
             };
         };
@@ -7147,29 +5791,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7228,6 +5852,23 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "settings": [
+                 *         {
+                 *           "channel": "email",
+                 *           "key": "billing",
+                 *           "scope": "category",
+                 *           "setting": "off"
+                 *         },
+                 *         {
+                 *           "channel": "webhook",
+                 *           "scope": "global",
+                 *           "setting": "on"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["SettingsIn"];
             };
         };
@@ -7270,29 +5911,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7359,15 +5980,6 @@ export interface operations {
                     "application/json": components["schemas"]["PreferencesOut"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -7381,62 +5993,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7479,6 +6035,23 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "settings": [
+                 *         {
+                 *           "channel": "email",
+                 *           "key": "billing",
+                 *           "scope": "category",
+                 *           "setting": "off"
+                 *         },
+                 *         {
+                 *           "channel": "webhook",
+                 *           "scope": "global",
+                 *           "setting": "on"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["SettingsIn"];
             };
         };
@@ -7523,29 +6096,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7625,15 +6178,6 @@ export interface operations {
                     "application/json": components["schemas"]["PreferenceDefaultsOut"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -7647,62 +6191,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7745,6 +6233,19 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "settings": [
+                 *         {
+                 *           "channel": "webhook",
+                 *           "key": "billing",
+                 *           "locked": true,
+                 *           "scope": "category",
+                 *           "setting": "off"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["SettingsIn"];
             };
         };
@@ -7787,29 +6288,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7922,44 +6403,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
@@ -8012,6 +6455,16 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "html": "<p>Hello {{ recipient.display_name }}, {{ payload.amount | number }} € are due.</p><a href=\"{{ unsubscribe_url }}\">Unsubscribe</a>",
+                 *       "sample": {
+                 *         "amount": 120,
+                 *         "invoice": 42
+                 *       },
+                 *       "subject": "Invoice {{ payload.invoice }} is overdue"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TemplateIn"];
             };
         };
@@ -8054,29 +6507,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8185,44 +6618,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
                 headers: {
@@ -8299,62 +6694,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -8390,6 +6729,22 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "channel": "email",
+                 *       "data": {
+                 *         "amount": 120,
+                 *         "invoice": 42
+                 *       },
+                 *       "event_type": "invoice.overdue",
+                 *       "locale": "fr-BE",
+                 *       "recipient": {
+                 *         "display_name": "Alice",
+                 *         "id": "alice",
+                 *         "timezone": "Europe/Brussels"
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["PreviewIn"];
             };
         };
@@ -8432,29 +6787,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8521,15 +6856,6 @@ export interface operations {
                     "application/json": components["schemas"]["TemplateSettings"];
                 };
             };
-            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Missing, malformed, expired or unknown credential. */
             401: {
                 headers: {
@@ -8543,62 +6869,6 @@ export interface operations {
             };
             /** @description The credential is valid but of the wrong kind for this endpoint. */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8641,6 +6911,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "default_locale": "en"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TemplateSettings"];
             };
         };
@@ -8683,29 +6958,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8804,62 +7059,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body did not arrive within the body timeout; the connection is closed. */
-            408: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body exceeds the configured limit. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
             429: {
                 headers: {
@@ -8898,6 +7097,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "email": {
+                 *         "delay": "15m",
+                 *         "unless": "read"
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["DeliveryRulesIn"];
             };
         };
@@ -8940,29 +7147,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The resource does not exist in this tenant. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description The request body did not arrive within the body timeout; the connection is closed. */
             408: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Conflicts with a request still in flight; see Retry-After. */
-            409: {
-                headers: {
-                    /** @description Seconds until the request in flight is expected to be done (at least 1): a delivery's remaining lease, an alert's Idempotency-Key in use, or another alert of the same entity (`entity_busy`). */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -8,8 +8,14 @@
 // cursor); a `reset`, after which the server cannot replay, becomes a
 // refetch of the feed's first page (`resync`) and a new stream after its
 // head; the consistency token of `marks`, forwarded on the next reads.
-import { ConsistencyTokens, createTidingsClient, type Credential, type TidingsClient } from "./client.js";
-import { ok, TidingsError } from "./errors.js";
+//
+// It loads neither the REST client nor openapi-fetch (a page with only the
+// stream, like <tidings-inbox>, downloads neither): the one read it makes
+// itself, the first page after a reset, goes through `client` when given,
+// else through fetch with the stream's token.
+import type { Credential, TidingsClient } from "./client.js";
+import { CONSISTENCY_HEADER, ConsistencyTokens } from "./consistency.js";
+import { ok, readJson, TidingsError } from "./errors.js";
 import { sleep } from "./retry.js";
 import type { components } from "./schema.js";
 
@@ -54,8 +60,10 @@ export interface StreamOptions {
   /** Resume after this cursor (e.g. the head of the page on screen). Without
    * it only items newer than the connection are sent. */
   after?: string;
-  /** Refetches the first page after a reset; by default a client made from
-   * `baseUrl` and `token`. */
+  /** Refetches the first page after a reset; by default a plain fetch
+   * with `token`. A stream opened with `ticket` needs it (a ticket opens the
+   * stream only). Its consistency tokens are the stream's unless
+   * `consistency` is given. */
   client?: TidingsClient;
   /** Where the `marks` consistency tokens go; by default `client`'s. */
   consistency?: ConsistencyTokens;
@@ -120,7 +128,7 @@ async function* sseEvents(
 
 export class TidingsStream {
   readonly #options: StreamOptions;
-  readonly #client: TidingsClient;
+  readonly #client: TidingsClient | undefined;
   readonly #consistency: ConsistencyTokens;
   readonly #listeners = new Map<StreamEventName, Set<Listener<StreamEventName>>>();
   readonly #abort = new AbortController();
@@ -133,21 +141,16 @@ export class TidingsStream {
     if ((options.token === undefined) === (options.ticket === undefined)) {
       throw new TypeError("a stream takes a token or a ticket function, one of the two");
     }
+    if (options.ticket !== undefined && options.client === undefined) {
+      throw new TypeError("a stream opened with a ticket needs `client` to refetch the feed after a reset");
+    }
     this.#options = options;
-    const consistency = options.consistency ?? new ConsistencyTokens();
-    this.#client =
-      options.client ??
-      createTidingsClient({
-        baseUrl: options.baseUrl,
-        consistency,
-        ...(options.token === undefined ? {} : { token: options.token }),
-        ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
-      });
+    this.#client = options.client;
     this.#consistency =
       options.consistency ??
       (options.client as (TidingsClient & { consistency?: ConsistencyTokens }) | undefined)
         ?.consistency ??
-      consistency;
+      new ConsistencyTokens();
     this.#lastEventId = options.after;
     // Listeners are added right after construction; start once they are.
     this.done = Promise.resolve().then(() => this.#run());
@@ -229,14 +232,7 @@ export class TidingsStream {
         continue;
       }
       if (!response.ok || response.body === null) {
-        const text = await response.text().catch(() => "");
-        let body: unknown = text;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          // Not a problem body: the error is made from the status.
-        }
-        const error = TidingsError.fromResponse(response, body);
+        const error = await TidingsError.read(response);
         // Capacity (429, 503) passes; a refused credential or request does not.
         const willRetry = error.status === 429 || error.status >= 500;
         this.#emit("error", { error, willRetry });
@@ -305,16 +301,34 @@ export class TidingsStream {
 
   /** The first page again, then the next stream after its head. */
   async #resync(): Promise<void> {
-    const limit = this.#options.resyncLimit;
-    const page = ok(
-      await this.#client.GET("/v1/feed", {
-        params: { query: limit === undefined ? {} : { limit } },
-        signal: this.#abort.signal,
-      }),
-    );
+    const page = await this.#firstPage();
     // An empty feed has no head: the next stream starts live.
     this.#lastEventId = page.head ?? undefined;
     this.#emit("resync", page);
+  }
+
+  async #firstPage(): Promise<FeedPage> {
+    const limit = this.#options.resyncLimit;
+    const signal = this.#abort.signal;
+    if (this.#client !== undefined) {
+      return ok(
+        await this.#client.GET("/v1/feed", {
+          params: { query: limit === undefined ? {} : { limit } },
+          signal,
+        }),
+      );
+    }
+    const url = new URL(`${this.#options.baseUrl.replace(/\/$/, "")}/v1/feed`);
+    if (limit !== undefined) url.searchParams.set("limit", String(limit));
+    const headers = new Headers({ Accept: "application/json" });
+    const token = this.#options.token as Credential;
+    headers.set("Authorization", `Bearer ${typeof token === "function" ? await token() : token}`);
+    const latest = this.#consistency.latest;
+    if (latest !== undefined) headers.set(CONSISTENCY_HEADER, latest);
+    const fetch = this.#options.fetch ?? globalThis.fetch;
+    const response = await fetch(url, { headers, signal, cache: "no-store" });
+    this.#consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+    return readJson<FeedPage>(response);
   }
 }
 

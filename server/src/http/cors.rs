@@ -16,7 +16,8 @@ use poem::{
 /// consistency token a browser app forwards from a mark to its next read.
 const ALLOW_HEADERS: &str =
     "Authorization, Content-Type, Last-Event-ID, Idempotency-Key, Tidings-Consistency-Token";
-const ALLOW_METHODS: &str = "GET, POST, PUT, DELETE";
+/// PATCH: preferences (the element's settings panel changes them from the page).
+const ALLOW_METHODS: &str = "GET, POST, PUT, PATCH, DELETE";
 /// Headers a script may read besides the simple ones: when to retry and
 /// where a created resource is, the rate limits (to slow down before a 429),
 /// whether a write was a replay, the token that makes the next read reflect a

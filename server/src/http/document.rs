@@ -25,6 +25,9 @@
 //!   409, 429 and 503, `WWW-Authenticate` on 401; the replay header's one
 //!   value; `RateLimit` and `RateLimit-Policy` on the answers of operations
 //!   with rate limits (`limits::RequestClass`), which alone keep the 429.
+//! - **Problem statuses per operation.** The shared error type documents every
+//!   status on every operation; each keeps those it can answer
+//!   ([`ProblemStatuses`]): no 413 on a GET, no 404 on a list.
 //! - `servers`, a description for every response, `security: []` on the
 //!   operations anyone may call.
 
@@ -62,6 +65,7 @@ pub fn publish(generated: &str) -> Result<String, serde_json::Error> {
         }
     }
     finish_operations(&mut doc);
+    add_request_examples(&mut doc);
     declare_ratelimit_components(&mut doc);
     limits::apply(&mut doc);
     serde_json::to_string_pretty(&doc)
@@ -276,16 +280,234 @@ fn finish_operations(doc: &mut Json) {
                 operation.set("security", json!([]));
             }
             let metered = is_metered(path, method, operation);
+            let can_answer = ProblemStatuses::of(operation, metered);
             let Some(Json::Object(responses)) = operation.get_mut("responses") else {
                 continue;
             };
-            if !metered {
-                responses.retain(|(status, _)| status != "429");
-            }
+            responses.retain(|(status, _)| can_answer.keeps(status));
             for (status, response) in responses.iter_mut() {
-                finish_response(status, response);
+                if status == "409" {
+                    if let Some(description) = can_answer.conflict {
+                        response.set("description", json!(description));
+                    }
+                }
+                finish_response(status, response, can_answer.conflict_retries);
                 if metered && (status.starts_with('2') || status == "429") {
                     declare_ratelimit_headers(response);
+                }
+            }
+        }
+    }
+}
+
+/// Operations that answer 404 for an identifier in their path that names
+/// nothing in the tenant. The others with path parameters create what their
+/// path names (`PUT` upserts) or answer an empty result.
+const ANSWERS_NOT_FOUND: &[&str] = &[
+    "admin.key.create",
+    "admin.key.revoke",
+    "admin.tenant.rate_limits.set",
+    "admin.tenant.rate_limits.get",
+    "admin.tenant.retention",
+    "teams.members.delete",
+    "feed.items.mark_read",
+    "alerts.get",
+    "deliveries.retry",
+    "users.get",
+    "users.delete",
+    "webhook-endpoints.get",
+    "webhook-endpoints.delete",
+    "webhook-endpoints.rotate-secret",
+    "categories.get",
+    "templates.get",
+    "templates.delete",
+];
+
+/// Operations without a body that still answer 422: a path or query value
+/// that parses but breaks a rule (a channel without templates, a locale) or
+/// a limit of the tenant's data.
+const UNPROCESSABLE_WITHOUT_BODY: &[&str] = &[
+    "teams.members.put",
+    "feed.items.mark_read",
+    "templates.get",
+    "templates.delete",
+];
+
+/// The operations that answer 409, each with why, and whether the conflict
+/// ends by itself (then `Retry-After` says when).
+const CONFLICTS: &[(&str, &str, bool)] = &[
+    (
+        "alerts.create",
+        "A request with the same Idempotency-Key is still in flight, or another alert of \
+         the same entity is being written (`entity_busy`); retry after Retry-After.",
+        true,
+    ),
+    (
+        "deliveries.retry",
+        "The delivery is being attempted right now (retry after Retry-After), or it is \
+         in a final state that cannot be retried (`delivery_not_retryable`, no Retry-After).",
+        true,
+    ),
+    (
+        "categories.put",
+        "One of the event types already belongs to another category \
+         (`event_type_in_another_category`); move it out of that one first.",
+        false,
+    ),
+];
+
+/// The problem statuses one operation can really answer. All operations
+/// share one error type, for which poem-openapi documents every status; an
+/// operation keeps those its request can provoke: 400 with parameters or a
+/// body; 408, 413, 415 and 422 with a body; 401 and 403 with a credential;
+/// 404, 409 and the body-less 422s where its handler answers them (the
+/// lists above, by operation id); 429 where it is metered; 503 always (the
+/// database may be unreachable). Statuses that are not problems (2xx) stay.
+/// The test harness checks every answer against the document, so a status
+/// pruned here that an operation does answer fails the tests that provoke it.
+struct ProblemStatuses {
+    id: String,
+    body: bool,
+    parameters: bool,
+    secured: bool,
+    metered: bool,
+    /// The 409's description, where the operation answers 409.
+    conflict: Option<&'static str>,
+    /// Whether that 409 comes with Retry-After.
+    conflict_retries: bool,
+}
+
+impl ProblemStatuses {
+    fn of(operation: &Json, metered: bool) -> Self {
+        let id = match operation.get("operationId") {
+            Some(Json::Scalar(serde_json::Value::String(id))) => id.clone(),
+            _ => String::new(),
+        };
+        let non_empty =
+            |key: &str| matches!(operation.get(key), Some(Json::Array(items)) if !items.is_empty());
+        let conflict = CONFLICTS.iter().find(|(op, _, _)| *op == id);
+        ProblemStatuses {
+            body: operation.get("requestBody").is_some(),
+            parameters: non_empty("parameters"),
+            secured: matches!(operation.get("security"), Some(Json::Array(schemes))
+                if schemes.iter().any(|s| matches!(s, Json::Object(e) if !e.is_empty()))),
+            metered,
+            conflict: conflict.map(|(_, description, _)| *description),
+            conflict_retries: conflict.is_some_and(|(_, _, retries)| *retries),
+            id,
+        }
+    }
+
+    fn keeps(&self, status: &str) -> bool {
+        let listed = |list: &[&str]| list.contains(&self.id.as_str());
+        match status {
+            "400" => self.body || self.parameters,
+            "401" | "403" => self.secured,
+            "404" => listed(ANSWERS_NOT_FOUND),
+            "408" | "413" | "415" => self.body,
+            "409" => self.conflict.is_some(),
+            "422" => self.body || listed(UNPROCESSABLE_WITHOUT_BODY),
+            "429" => self.metered,
+            _ => true,
+        }
+    }
+}
+
+/// An example body for each operation that takes one, by operation id
+/// (poem-openapi takes examples only from `Example` impls of the types, which
+/// most request types have no use for). A test checks each against its
+/// schema, and that every operation with a body has one.
+fn request_example(operation_id: &str) -> Option<serde_json::Value> {
+    let settings = json!({"settings": [
+        {"scope": "category", "key": "billing", "channel": "email", "setting": "off"},
+        {"scope": "global", "channel": "webhook", "setting": "on"}
+    ]});
+    let delivery = json!({"email": {"delay": "15m", "unless": "read"}});
+    Some(match operation_id {
+        "admin.tenant.create" => json!({"name": "Acme"}),
+        "admin.tenant.rate_limits.set" => json!({
+            "writes": {"per_second": 500, "burst": 1000},
+            "user_reads": {"per_second": 20, "burst": 60},
+            "open_streams": 5000
+        }),
+        "admin.tenant.retention" => json!({"feed_retention_secs": 7_776_000}),
+        "user-token.create" => json!({"user_id": "alice", "ttl_seconds": 3600}),
+        "events.create_batch" => json!({"events": [
+            {"team_id": "design", "type": "comment.created", "actor_id": "alice",
+             "object_id": "doc-42", "payload": {"text": "Looks good to me"}, "idempotency_key": "comment-9f2c"},
+            {"team_id": "design", "type": "doc.shared", "actor_id": "bob",
+             "object_id": "doc-42", "payload": {"with": "ops"}}
+        ]}),
+        "alerts.create" => json!({
+            "event_type": "invoice.overdue",
+            "entity_id": "invoice-42",
+            "recipients": ["alice"],
+            "channels": ["in_app", "email"],
+            "subject": "Invoice 42 is overdue",
+            "payload": {"invoice": 42, "amount": 120},
+            "category": "billing",
+            "delivery": delivery
+        }),
+        "users.put" => json!({
+            "email": "alice@example.com",
+            "display_name": "Alice",
+            "locale": "fr-BE",
+            "timezone": "Europe/Brussels"
+        }),
+        "webhook-endpoints.create" => json!({
+            "url": "https://hooks.example.com/tidings",
+            "description": "Billing alerts to the ops tool",
+            "event_types": ["invoice.overdue"]
+        }),
+        "categories.put" => json!({
+            "label": "Billing",
+            "critical": false,
+            "defaults": {"email": "on", "webhook": "off"},
+            "event_types": ["invoice.overdue", "invoice.paid"]
+        }),
+        "preferences.patch" | "preferences.put" | "me.preferences.patch" => settings,
+        "preference_defaults.put" => json!({"settings": [
+            {"scope": "category", "key": "billing", "channel": "webhook", "setting": "off", "locked": true}
+        ]}),
+        "templates.put" => json!({
+            "subject": "Invoice {{ payload.invoice }} is overdue",
+            "html": "<p>Hello {{ recipient.display_name }}, {{ payload.amount | number }} € are due.</p>\
+                     <a href=\"{{ unsubscribe_url }}\">Unsubscribe</a>",
+            "sample": {"invoice": 42, "amount": 120}
+        }),
+        "templates.preview" => json!({
+            "event_type": "invoice.overdue",
+            "channel": "email",
+            "locale": "fr-BE",
+            "data": {"invoice": 42, "amount": 120},
+            "recipient": {"id": "alice", "display_name": "Alice", "timezone": "Europe/Brussels"}
+        }),
+        "template-settings.put" => json!({"default_locale": "en"}),
+        "event-types.delivery.put" => delivery,
+        _ => return None,
+    })
+}
+
+fn add_request_examples(doc: &mut Json) {
+    let Some(Json::Object(paths)) = doc.get_mut("paths") else {
+        return;
+    };
+    for (_, item) in paths.iter_mut() {
+        let Json::Object(operations) = item else {
+            continue;
+        };
+        for (_, operation) in operations.iter_mut() {
+            let example = match operation.get("operationId") {
+                Some(Json::Scalar(serde_json::Value::String(id))) => request_example(id),
+                _ => None,
+            };
+            let media = operation
+                .get_mut("requestBody")
+                .and_then(|body| body.get_mut("content"))
+                .and_then(|content| content.get_mut(JSON_MEDIA));
+            if let (Some(example), Some(media)) = (example, media) {
+                if media.get("example").is_none() {
+                    media.set("example", example);
                 }
             }
         }
@@ -357,7 +579,7 @@ fn declare_ratelimit_headers(response: &mut Json) {
     response.set_json("headers", Json::Object(map));
 }
 
-fn finish_response(status: &str, response: &mut Json) {
+fn finish_response(status: &str, response: &mut Json, conflict_retries: bool) {
     let described = matches!(response.get("description"),
         Some(Json::Scalar(serde_json::Value::String(d))) if !d.is_empty());
     if !described {
@@ -392,7 +614,7 @@ fn finish_response(status: &str, response: &mut Json) {
                 json!({"type": "string"}),
             ),
         )),
-        "409" => headers.push((
+        "409" if conflict_retries => headers.push((
             "Retry-After",
             header(
                 "Seconds until the request in flight is expected to be done (at least 1): \
@@ -820,6 +1042,31 @@ mod tests {
             MAX_BATCH
         );
         assert_eq!(doc["paths"]["/healthz"]["get"]["security"], json!([]));
+        let statuses = |path: &str, method: &str| -> Vec<String> {
+            doc["paths"][path][method]["responses"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            statuses("/v1/feed", "get"),
+            ["200", "400", "401", "403", "429", "503"]
+        );
+        assert_eq!(
+            statuses("/v1/webhook-endpoints/{id}", "get"),
+            ["200", "400", "401", "403", "404", "429", "503"]
+        );
+        let category = &doc["paths"]["/v1/categories/{key}"]["put"]["responses"]["409"];
+        assert!(category["description"]
+            .as_str()
+            .unwrap()
+            .contains("another category"));
+        assert!(
+            category.get("headers").is_none(),
+            "a lasting conflict has no Retry-After"
+        );
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, operation) in item.as_object().unwrap() {
                 for (status, response) in operation["responses"].as_object().unwrap() {

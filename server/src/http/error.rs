@@ -395,8 +395,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The statuses any operation may answer with a problem body. Listed once so that
-/// every operation documents the same problem shapes.
+/// The statuses an operation may answer with a problem body, all of them:
+/// every operation shares this error type, and the published document keeps
+/// for each operation those its request can provoke (`document::ProblemStatuses`).
 const PROBLEM_STATUSES: &[(u16, &str)] = &[
     (
         400,

@@ -61,7 +61,7 @@ impl From<MemberRow> for MemberOut {
 /// One page of a team's members, ordered by user id.
 #[derive(Debug, Object)]
 pub struct MemberPage {
-    pub members: Vec<MemberOut>,
+    pub data: Vec<MemberOut>,
     /// Pass as `cursor` for the next page; null on the last page (a page has
     /// a cursor exactly when more members follow).
     pub next_cursor: Option<String>,
@@ -207,7 +207,7 @@ impl TeamsApi {
         let page = teams::list_members(&self.state, auth.0.tenant_id, &team, &page).await?;
         let page = page.map(MemberOut::from);
         Ok(Json(MemberPage {
-            members: page.items,
+            data: page.items,
             next_cursor: page.next_cursor,
         }))
     }
