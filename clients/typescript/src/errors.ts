@@ -38,6 +38,7 @@ export const PROBLEM_CODES = [
   "invalid_template",
   "invalid_locale",
   "invalid_timezone",
+  "invalid_quiet_hours",
   "invalid_email",
   "invalid_display_name",
   "invalid_ttl",

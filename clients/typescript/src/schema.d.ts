@@ -626,7 +626,8 @@ export interface paths {
         get: operations["users.get"];
         /**
          * Create or replace a recipient's contact data.
-         * @description Email, display name, locale (BCP 47, for templates) and IANA time zone.
+         * @description Email, display name, locale (BCP 47, for templates), IANA time zone and
+         *     quiet hours.
          *     Fields left out are cleared. Feeds and memberships do not need this; only
          *     email and templated deliveries do.
          */
@@ -1696,7 +1697,27 @@ export interface components {
          *     published document lists them all.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unreadable_body" | "nul_character" | "payload_too_large" | "body_timeout" | "unsupported_media_type" | "method_not_allowed" | "not_found" | "invalid_id" | "invalid_cursor" | "conflicting_cursors" | "invalid_limit" | "invalid_consistency_token" | "invalid_idempotency_key" | "conflicting_idempotency_keys" | "idempotency_key_on_batch" | "invalid_payload" | "invalid_batch_size" | "invalid_alert" | "alert_too_large" | "invalid_channel" | "invalid_delivery" | "invalid_category" | "unknown_category" | "invalid_preferences" | "invalid_template" | "invalid_locale" | "invalid_timezone" | "invalid_email" | "invalid_display_name" | "invalid_ttl" | "invalid_retention" | "invalid_rate_limit" | "invalid_webhook_endpoint" | "webhook_url_refused" | "not_one_click" | "too_many_individual_reads" | "unauthorized" | "forbidden" | "tenant_not_found" | "api_key_not_found" | "user_not_found" | "membership_not_found" | "item_not_found" | "alert_not_found" | "delivery_not_found" | "webhook_endpoint_not_found" | "category_not_found" | "template_not_found" | "unsubscribe_link_not_found" | "idempotency_key_in_flight" | "idempotency_key_reused" | "entity_busy" | "delivery_in_flight" | "delivery_not_retryable" | "event_type_in_another_category" | "membership_limit" | "webhook_endpoint_limit" | "rate_limited" | "overloaded" | "unavailable" | "database_timeout" | "inbox_core_missing" | "internal";
+        ProblemCode: "invalid_request" | "unreadable_body" | "nul_character" | "payload_too_large" | "body_timeout" | "unsupported_media_type" | "method_not_allowed" | "not_found" | "invalid_id" | "invalid_cursor" | "conflicting_cursors" | "invalid_limit" | "invalid_consistency_token" | "invalid_idempotency_key" | "conflicting_idempotency_keys" | "idempotency_key_on_batch" | "invalid_payload" | "invalid_batch_size" | "invalid_alert" | "alert_too_large" | "invalid_channel" | "invalid_delivery" | "invalid_category" | "unknown_category" | "invalid_preferences" | "invalid_template" | "invalid_locale" | "invalid_timezone" | "invalid_quiet_hours" | "invalid_email" | "invalid_display_name" | "invalid_ttl" | "invalid_retention" | "invalid_rate_limit" | "invalid_webhook_endpoint" | "webhook_url_refused" | "not_one_click" | "too_many_individual_reads" | "unauthorized" | "forbidden" | "tenant_not_found" | "api_key_not_found" | "user_not_found" | "membership_not_found" | "item_not_found" | "alert_not_found" | "delivery_not_found" | "webhook_endpoint_not_found" | "category_not_found" | "template_not_found" | "unsubscribe_link_not_found" | "idempotency_key_in_flight" | "idempotency_key_reused" | "entity_busy" | "delivery_in_flight" | "delivery_not_retryable" | "event_type_in_another_category" | "membership_limit" | "webhook_endpoint_limit" | "rate_limited" | "overloaded" | "unavailable" | "database_timeout" | "inbox_core_missing" | "internal";
+        /**
+         * QuietHoursIn
+         * @description A daily window, local time in the user's time zone: a delivery due inside
+         *     it goes out at its end. `start` after `end` crosses midnight (`22:00` to
+         *     `07:00`). Applied when the alert is written; a critical category passes.
+         */
+        QuietHoursIn: {
+            /** @description `HH:MM` or `HH:MM:SS`, inclusive. */
+            start: string;
+            /** @description `HH:MM` or `HH:MM:SS`, exclusive; not equal to `start`. */
+            end: string;
+        };
+        /**
+         * QuietHoursOut
+         * @description Quiet hours as stored: `HH:MM:SS`, local time in the user's time zone.
+         */
+        QuietHoursOut: {
+            start: string;
+            end: string;
+        };
         /**
          * RateIn
          * @description One token bucket: `per_second` tokens added per second (0: unlimited), at
@@ -2037,8 +2058,16 @@ export interface components {
              *     Stored in canonical case.
              */
             locale?: string | null;
-            /** @description IANA time zone name (`Europe/Brussels`): dates in templates are shown in it. */
+            /**
+             * @description IANA time zone name (`Europe/Brussels`): dates in templates are shown
+             *     in it, and quiet hours are kept in it (UTC when unset).
+             */
             timezone?: string | null;
+            /**
+             * @description A daily window in which the user's non-critical email and webhook
+             *     deliveries wait; in-app items are never held.
+             */
+            quiet_hours?: components["schemas"]["QuietHoursIn"] | (never | null);
         };
         /** UserOut */
         UserOut: {
@@ -2047,6 +2076,7 @@ export interface components {
             display_name: string | null;
             locale: string | null;
             timezone: string | null;
+            quiet_hours: components["schemas"]["QuietHoursOut"] | (never | null);
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -4772,6 +4802,10 @@ export interface operations {
                  *       "display_name": "Alice",
                  *       "email": "alice@example.com",
                  *       "locale": "fr-BE",
+                 *       "quiet_hours": {
+                 *         "end": "07:00",
+                 *         "start": "22:00"
+                 *       },
                  *       "timezone": "Europe/Brussels"
                  *     }
                  */

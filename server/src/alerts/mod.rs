@@ -10,6 +10,8 @@
 //! - [`expansion`]: large teams, expanded in background batches.
 //! - [`delivery`]: delivery rules (a channel delayed until the in-app item
 //!   is read), per alert and per event type.
+//! - [`quiet_hours`]: a user's nightly window that holds email and webhook
+//!   deliveries until it ends.
 //!
 //! The walk from a request to its rows is in ARCHITECTURE.md ("Where to
 //! change what an alert writes").
@@ -21,6 +23,7 @@ pub mod delivery;
 pub mod expansion;
 pub mod plan;
 pub mod preferences;
+pub mod quiet_hours;
 pub mod request;
 pub mod submit;
 pub mod templates;

@@ -295,6 +295,22 @@ pub(super) async fn fan_out(
         )
         .await?;
     }
+    if plan.wake_outbox && !target.category.is_some_and(|c| c.critical) {
+        let mut queued: Vec<&str> = plan
+            .deliveries
+            .iter()
+            .filter(|d| d.status == DeliveryStatus::Pending && d.channel != Channel::InApp)
+            .map(|d| d.recipient_id.as_str())
+            .collect();
+        queued.dedup();
+        crate::alerts::quiet_hours::hold_new_deliveries(
+            &mut *conn,
+            target.tenant,
+            target.alert_id,
+            &queued,
+        )
+        .await?;
+    }
     if plan.wake_outbox {
         delivery_store::notify_outbox(&mut *conn, target.tenant).await?;
     }

@@ -452,7 +452,8 @@ fn request_example(operation_id: &str) -> Option<serde_json::Value> {
             "email": "alice@example.com",
             "display_name": "Alice",
             "locale": "fr-BE",
-            "timezone": "Europe/Brussels"
+            "timezone": "Europe/Brussels",
+            "quiet_hours": {"start": "22:00", "end": "07:00"}
         }),
         "webhook-endpoints.create" => json!({
             "url": "https://hooks.example.com/tidings",

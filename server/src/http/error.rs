@@ -80,6 +80,8 @@ problem_codes! {
     InvalidTemplate = "invalid_template",
     InvalidLocale = "invalid_locale",
     InvalidTimezone = "invalid_timezone",
+    /// Quiet hours with a malformed time, or an empty window.
+    InvalidQuietHours = "invalid_quiet_hours",
     InvalidEmail = "invalid_email",
     InvalidDisplayName = "invalid_display_name",
     InvalidTtl = "invalid_ttl",

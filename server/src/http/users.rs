@@ -6,6 +6,7 @@ use tidings_core::UserId;
 
 use super::ApiTags;
 use crate::{
+    alerts::quiet_hours::QuietHours,
     alerts::templates::locale::{self, Locale},
     app::state::AppState,
     http::auth::ApiKeyAuth,
@@ -30,8 +31,31 @@ pub struct UserIn {
     /// (the user's, then its language, the tenant's default, then `en`).
     /// Stored in canonical case.
     pub locale: Option<String>,
-    /// IANA time zone name (`Europe/Brussels`): dates in templates are shown in it.
+    /// IANA time zone name (`Europe/Brussels`): dates in templates are shown
+    /// in it, and quiet hours are kept in it (UTC when unset).
     pub timezone: Option<String>,
+    /// A daily window in which the user's non-critical email and webhook
+    /// deliveries wait; in-app items are never held.
+    pub quiet_hours: Option<QuietHoursIn>,
+}
+
+/// A daily window, local time in the user's time zone: a delivery due inside
+/// it goes out at its end. `start` after `end` crosses midnight (`22:00` to
+/// `07:00`). Applied when the alert is written; a critical category passes.
+#[derive(Debug, Object)]
+#[oai(deny_unknown_fields)]
+pub struct QuietHoursIn {
+    /// `HH:MM` or `HH:MM:SS`, inclusive.
+    pub start: String,
+    /// `HH:MM` or `HH:MM:SS`, exclusive; not equal to `start`.
+    pub end: String,
+}
+
+/// Quiet hours as stored: `HH:MM:SS`, local time in the user's time zone.
+#[derive(Debug, Object)]
+pub struct QuietHoursOut {
+    pub start: String,
+    pub end: String,
 }
 
 #[derive(Debug, Object)]
@@ -41,6 +65,7 @@ pub struct UserOut {
     pub display_name: Option<String>,
     pub locale: Option<String>,
     pub timezone: Option<String>,
+    pub quiet_hours: Option<QuietHoursOut>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -53,6 +78,13 @@ impl From<UserRow> for UserOut {
             display_name: r.display_name,
             locale: r.locale,
             timezone: r.timezone,
+            quiet_hours: r
+                .quiet_start
+                .zip(r.quiet_end)
+                .map(|(start, end)| QuietHoursOut {
+                    start: start.format("%H:%M:%S").to_string(),
+                    end: end.format("%H:%M:%S").to_string(),
+                }),
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -102,7 +134,8 @@ pub fn validate_email(email: &str) -> ApiResult<()> {
 impl UsersApi {
     /// Create or replace a recipient's contact data.
     ///
-    /// Email, display name, locale (BCP 47, for templates) and IANA time zone.
+    /// Email, display name, locale (BCP 47, for templates), IANA time zone and
+    /// quiet hours.
     /// Fields left out are cleared. Feeds and memberships do not need this; only
     /// email and templated deliveries do.
     #[oai(
@@ -140,6 +173,12 @@ impl UsersApi {
                 ApiError::unprocessable(ProblemCode::InvalidTimezone, e.to_string())
             })?;
         }
+        let quiet_hours = body
+            .quiet_hours
+            .as_ref()
+            .map(|q| QuietHours::parse(&q.start, &q.end))
+            .transpose()
+            .map_err(|e| ApiError::unprocessable(ProblemCode::InvalidQuietHours, e.to_string()))?;
         let row = users::upsert_user(
             &self.state.pool,
             auth.0.tenant_id,
@@ -149,6 +188,7 @@ impl UsersApi {
                 display_name: body.display_name.as_deref(),
                 locale: locale.as_ref().map(Locale::as_str),
                 timezone: body.timezone.as_deref(),
+                quiet_hours: quiet_hours.map(|q| (q.start, q.end)),
             },
         )
         .await?;

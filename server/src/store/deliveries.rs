@@ -7,14 +7,14 @@
 
 use std::sync::LazyLock;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 use tidings_core::Channel;
 use uuid::Uuid;
 
 use super::notify::{notify, NotifyChannel};
 use crate::deliveries::status::{
-    DeliveryStatus, QUEUED_SQL, SENDING_SQL, SENT_SQL, UNFINISHED_SQL,
+    DeliveryStatus, PENDING_SQL, QUEUED_SQL, SENDING_SQL, SENT_SQL, UNFINISHED_SQL,
 };
 
 /// Column-wise rows for `insert_deliveries`.
@@ -195,6 +195,66 @@ static INSERT_WAITING_DELIVERIES_SQL: LazyLock<String> = LazyLock::new(|| {
                 AS t(k, r, c, e, s, err, delay, unless, itx, iid)"
     )
 });
+
+/// A queued email or webhook delivery of an alert to a user with quiet hours.
+#[derive(Debug, sqlx::FromRow)]
+pub struct QuietHoursCandidate {
+    pub id: i64,
+    /// Its `next_attempt_at` as written.
+    pub due: DateTime<Utc>,
+    pub quiet_start: NaiveTime,
+    pub quiet_end: NaiveTime,
+    pub timezone: Option<String>,
+}
+
+/// The pending email and webhook deliveries of `alert_id` to those of
+/// `recipients` who have quiet hours. Starts from the partial index of users
+/// with quiet hours, so a tenant without any pays one probe of it.
+pub async fn quiet_hours_candidates(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+    recipients: &[&str],
+) -> sqlx::Result<Vec<QuietHoursCandidate>> {
+    sqlx::query_as(&QUIET_HOURS_CANDIDATES_SQL)
+        .bind(tenant)
+        .bind(alert_id)
+        .bind(recipients)
+        .fetch_all(db)
+        .await
+}
+
+static QUIET_HOURS_CANDIDATES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT d.id, d.next_attempt_at AS due, u.quiet_start, u.quiet_end, u.timezone
+           FROM users u
+           JOIN deliveries d ON d.tenant_id = u.tenant_id AND d.alert_id = $2
+                            AND d.recipient_id = u.user_id
+          WHERE u.tenant_id = $1 AND u.user_id = ANY($3) AND u.quiet_start IS NOT NULL
+            AND d.channel IN ('email', 'webhook') AND d.status = {PENDING_SQL}"
+    )
+});
+
+/// Moves deliveries' `next_attempt_at` to the given instants (`ids` and
+/// `due` side by side).
+pub async fn delay_deliveries(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    ids: &[i64],
+    due: &[DateTime<Utc>],
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "UPDATE deliveries d SET next_attempt_at = v.due
+           FROM unnest($2::int8[], $3::timestamptz[]) AS v(id, due)
+          WHERE d.tenant_id = $1 AND d.id = v.id",
+    )
+    .bind(tenant)
+    .bind(ids)
+    .bind(due)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
 
 /// Wakes the outbox workers when the surrounding transaction commits.
 pub async fn notify_outbox(db: impl PgExecutor<'_>, tenant: Uuid) -> sqlx::Result<()> {

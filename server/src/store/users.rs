@@ -1,6 +1,6 @@
 //! Contact data of recipients (table `users`).
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Utc};
 use tidings_core::UserId;
 use uuid::Uuid;
 
@@ -13,6 +13,9 @@ pub struct UserRow {
     pub locale: Option<String>,
     /// IANA time zone name.
     pub timezone: Option<String>,
+    /// Quiet hours, local time in `timezone`: both or neither.
+    pub quiet_start: Option<NaiveTime>,
+    pub quiet_end: Option<NaiveTime>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -24,6 +27,8 @@ pub struct ContactData<'a> {
     pub display_name: Option<&'a str>,
     pub locale: Option<&'a str>,
     pub timezone: Option<&'a str>,
+    /// Quiet hours `(start, end)`, local time; `start > end` crosses midnight.
+    pub quiet_hours: Option<(NaiveTime, NaiveTime)>,
 }
 
 /// PUT semantics: the stored contact data becomes exactly what was sent.
@@ -34,12 +39,16 @@ pub async fn upsert_user(
     contact: ContactData<'_>,
 ) -> sqlx::Result<UserRow> {
     sqlx::query_as(
-        "INSERT INTO users (tenant_id, user_id, email, display_name, locale, timezone)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO users (tenant_id, user_id, email, display_name, locale, timezone,
+                            quiet_start, quiet_end)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (tenant_id, user_id) DO UPDATE
              SET email = EXCLUDED.email, display_name = EXCLUDED.display_name,
-                 locale = EXCLUDED.locale, timezone = EXCLUDED.timezone, updated_at = now()
-         RETURNING user_id, email, display_name, locale, timezone, created_at, updated_at",
+                 locale = EXCLUDED.locale, timezone = EXCLUDED.timezone,
+                 quiet_start = EXCLUDED.quiet_start, quiet_end = EXCLUDED.quiet_end,
+                 updated_at = now()
+         RETURNING user_id, email, display_name, locale, timezone, quiet_start, quiet_end,
+                   created_at, updated_at",
     )
     .bind(tenant)
     .bind(user_id)
@@ -47,6 +56,8 @@ pub async fn upsert_user(
     .bind(contact.display_name)
     .bind(contact.locale)
     .bind(contact.timezone)
+    .bind(contact.quiet_hours.map(|(start, _)| start))
+    .bind(contact.quiet_hours.map(|(_, end)| end))
     .fetch_one(db)
     .await
 }
@@ -57,8 +68,10 @@ pub async fn get_user(
     user_id: &str,
 ) -> sqlx::Result<Option<UserRow>> {
     sqlx::query_as(
-        "SELECT user_id, email, display_name, locale, timezone, created_at, updated_at FROM users
-         WHERE tenant_id = $1 AND user_id = $2",
+        "SELECT user_id, email, display_name, locale, timezone, quiet_start, quiet_end,
+                created_at, updated_at
+           FROM users
+          WHERE tenant_id = $1 AND user_id = $2",
     )
     .bind(tenant)
     .bind(user_id)
