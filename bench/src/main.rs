@@ -35,6 +35,7 @@ const WORKLOADS: &[&str] = &[
     "ingest",
     "drain",
     "drain-peer",
+    "fallback",
     "mixed",
     "isolation",
     "stream",
@@ -55,7 +56,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, mixed, isolation, stream, replicas, failover, soak.
+    /// drain-peer, fallback, mixed, isolation, stream, replicas, failover, soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its
@@ -139,7 +140,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // The outbox and alert workloads read no events: tier M's 10M (minutes of
     // seeding, GBs of a shared disk) would only slow them down. Their tenants,
     // users and teams are seeded as usual; the JSON records the count used.
-    const READ_NO_EVENTS: [&str; 3] = ["drain-peer", "ingest", "drain"];
+    const READ_NO_EVENTS: [&str; 4] = ["drain-peer", "ingest", "drain", "fallback"];
     if !args.only.is_empty()
         && args
             .only
@@ -284,6 +285,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "ingest" => workloads::ingest::run(&ctx).await,
             "drain" => workloads::drain::run(&ctx).await,
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
+            "fallback" => workloads::fallback::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,
             "stream" => workloads::stream::run(&ctx).await,

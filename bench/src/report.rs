@@ -286,6 +286,9 @@ fn may_be_zero(path: &str) -> bool {
         // Where reads went (replicas workload): none may have needed the primary.
         "waited",
         "primary_",
+        // Reads answered only after their delivery fell due (fallback): none
+        // on a sound machine.
+        "late_reads",
         // CPU read from /proc in clock ticks (10 ms): a tier S drain of 2,000
         // messages can take less than a tick per backend (drain-peer).
         "cpu_us",

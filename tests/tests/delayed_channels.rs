@@ -579,3 +579,79 @@ async fn event_type_defaults_apply_the_alerts_own_rule_wins_and_bad_rules_are_42
         "a refused rule changes nothing"
     );
 }
+
+/// A batch decides many alerts at once, grouped by (event type, category)
+/// for the preferences: an opt-out of one category during the delay skips
+/// that category's emails only, whichever alerts share the batch.
+#[tokio::test]
+async fn opt_outs_during_the_delay_apply_per_category_within_one_batch() {
+    let smtp = Receiver::smtp(0).await;
+    let p = pair(&smtp, "50").await;
+    let tenant = p.front.create_tenant().await;
+    let api = p.front.tenant(&tenant);
+    let users: Vec<String> = (0..6).map(|i| format!("u{i}")).collect();
+    for u in &users {
+        user_with_email(&api, u, Some(&email_of(u))).await;
+    }
+    for (key, event_type) in [
+        ("billing", "invoice.overdue"),
+        ("social", "comment.mentioned"),
+    ] {
+        api.put_category(key, &json!({"label": key, "event_types": [event_type]}))
+            .expect(201)
+            .await;
+    }
+    // Twelve alerts falling due together: each user gets one of each category.
+    let mut alerts = Vec::new();
+    for event_type in ["invoice.overdue", "comment.mentioned"] {
+        for u in &users {
+            let body = alert()
+                .event_type(event_type)
+                .fresh_entity()
+                .recipients(&[u.as_str()])
+                .channels(&["in_app", "email"])
+                .delivery(json!({"email": {"delay": "2s", "unless": "read"}}))
+                .build();
+            let created = api.create_alert(&body).expect(202).await;
+            alerts.push((
+                event_type,
+                u.clone(),
+                created["alert_id"].as_str().expect("id").to_owned(),
+            ));
+        }
+    }
+    // Half the users turn billing email off while the emails wait.
+    for u in &users[..3] {
+        api.patch_preferences(
+            u,
+            &json!({"settings": [{"scope": "category", "key": "billing", "channel": "email", "setting": "off"}]}),
+        )
+        .expect(200)
+        .await;
+    }
+    let mut sent = 0;
+    for (event_type, user, alert_id) in &alerts {
+        let decided = settled(&p.front, &tenant, alert_id).await;
+        let d = &decided[user.as_str()];
+        let opted_out = event_type == &"invoice.overdue" && users[..3].contains(user);
+        if opted_out {
+            assert_eq!(d["status"], "skipped", "{event_type} to {user}: {d}");
+            assert!(
+                d["last_error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("preference"),
+                "{d}"
+            );
+        } else {
+            assert_eq!(d["status"], "sent", "{event_type} to {user}: {d}");
+            sent += 1;
+        }
+    }
+    assert_eq!(sent, 9);
+    let arrived = eventually(Duration::from_secs(10), || async {
+        smtp.received().len() == 9
+    })
+    .await;
+    assert!(arrived, "{} emails", smtp.received().len());
+}

@@ -4,6 +4,7 @@
 pub mod drain;
 pub mod drain_peer;
 pub mod failover;
+pub mod fallback;
 pub mod fanout;
 pub mod feed;
 pub mod health;

@@ -17,11 +17,12 @@
 //! Preferences are resolved again at the decision: an opt-out made during the
 //! delay skips the send, with the same reason as at fan-out.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sqlx::PgConnection;
 use tidings_core::{
-    decide_fallback, Channel, EventType, Fallback, Position, Setting, Unless, UserId, Watermarks,
+    decide_fallback, Category, Channel, EventType, Fallback, Position, Setting, Unless, UserId,
+    Watermarks,
 };
 use uuid::Uuid;
 
@@ -193,35 +194,50 @@ async fn decide(
 
 /// The delayed deliveries of `batch` whose channel the recipient's
 /// preferences turn off now, with the reason naming the deciding level (as
-/// at fan-out): two statements per alert (its category, the settings rows).
+/// at fan-out). A batch's alerts are many (a delayed email is often one
+/// alert's only delivery), so the statements do not follow them: one for
+/// the categories of all of them, then one for the settings of each (tenant,
+/// event type, category) among them, with all its recipients.
 async fn opted_out(
     conn: &mut PgConnection,
     batch: &[ClaimedDelivery],
     delayed: &[Delayed],
 ) -> sqlx::Result<HashMap<usize, &'static str>> {
     let mut out = HashMap::new();
-    if !preferences::in_schema() {
+    if !preferences::in_schema() || delayed.is_empty() {
         return Ok(out);
     }
-    let mut by_alert: HashMap<(Uuid, Uuid), Vec<usize>> = HashMap::new();
+    let mut alerts: Vec<(Uuid, Uuid)> = delayed
+        .iter()
+        .map(|d| (batch[d.index].tenant_id, batch[d.index].alert_id))
+        .collect();
+    alerts.sort();
+    alerts.dedup();
+    let categories = preferences::categories_of_stored_alerts(&mut *conn, &alerts).await?;
+    // (tenant, event type, category key) → its category and deliveries.
+    type Group = (Option<Category>, Vec<usize>);
+    let mut groups: BTreeMap<(Uuid, String, Option<String>), Group> = BTreeMap::new();
     for d in delayed {
         let delivery = &batch[d.index];
-        by_alert
-            .entry((delivery.tenant_id, delivery.alert_id))
-            .or_default()
-            .push(d.index);
-    }
-    for ((tenant, alert_id), indexes) in by_alert {
-        let first = &batch[indexes[0]];
         // The alert is gone (retention): the sender skips it anyway.
-        let Some(event_type) = first
-            .event_type
-            .as_deref()
-            .and_then(|e| EventType::parse(e).ok())
-        else {
+        let Some(event_type) = delivery.event_type.clone() else {
             continue;
         };
-        let category = preferences::category_of_stored_alert(&mut *conn, tenant, alert_id).await?;
+        let category = categories.get(&(delivery.tenant_id, delivery.alert_id));
+        groups
+            .entry((
+                delivery.tenant_id,
+                event_type,
+                category.map(|c| c.key.clone()),
+            ))
+            .or_insert_with(|| (category.cloned(), Vec::new()))
+            .1
+            .push(d.index);
+    }
+    for ((tenant, event_type, _), (category, indexes)) in groups {
+        let Ok(event_type) = EventType::parse(event_type) else {
+            continue;
+        };
         let mut recipients: Vec<UserId> = indexes
             .iter()
             .filter_map(|&i| UserId::parse(batch[i].recipient_id.as_str()).ok())

@@ -157,6 +157,35 @@ pub async fn find_stored_alert_category(
     .await
 }
 
+/// A stored alert's category, by alert.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AlertCategoryRow {
+    pub tenant_id: Uuid,
+    pub alert_id: Uuid,
+    #[sqlx(flatten)]
+    pub category: CategoryRow,
+}
+
+/// The categories of the stored alerts `(tenants[i], alert_ids[i])` that
+/// have one, in one statement: what the outbox's decision of a batch of
+/// delayed deliveries, one alert each, applies.
+pub async fn find_stored_alert_categories(
+    db: impl PgExecutor<'_>,
+    tenants: &[Uuid],
+    alert_ids: &[Uuid],
+) -> sqlx::Result<Vec<AlertCategoryRow>> {
+    sqlx::query_as(&format!(
+        "SELECT a.tenant_id, a.id AS alert_id, {CATEGORY_COLUMNS}
+           FROM unnest($1::uuid[], $2::uuid[]) AS k(tenant_id, id)
+           JOIN alerts a ON a.tenant_id = k.tenant_id AND a.id = k.id
+           JOIN notification_categories c ON c.tenant_id = a.tenant_id AND c.key = a.category"
+    ))
+    .bind(tenants)
+    .bind(alert_ids)
+    .fetch_all(db)
+    .await
+}
+
 /// One settings row; `user_id` `None` is a tenant default.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SettingRow {

@@ -348,6 +348,25 @@ pub async fn category_of_stored_alert(
     )
 }
 
+/// The categories of stored alerts, by `(tenant, alert)`, in one statement
+/// (alerts without one, or gone, are absent).
+pub async fn categories_of_stored_alerts(
+    conn: &mut PgConnection,
+    alerts: &[(Uuid, Uuid)],
+) -> sqlx::Result<HashMap<(Uuid, Uuid), Category>> {
+    if !in_schema() || alerts.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (tenants, ids): (Vec<Uuid>, Vec<Uuid>) = alerts.iter().copied().unzip();
+    Ok(
+        store::find_stored_alert_categories(&mut *conn, &tenants, &ids)
+            .await?
+            .into_iter()
+            .map(|row| ((row.tenant_id, row.alert_id), category_of(&row.category)))
+            .collect(),
+    )
+}
+
 /// The settings a fan-out applies: for each of `recipients` × `channels`
 /// whose resolved setting is not `on`, that resolution. Empty, without a
 /// statement, for a critical category (it bypasses every setting).
