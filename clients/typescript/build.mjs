@@ -1,5 +1,5 @@
-// Builds the package into dist/: the compiled sources with their
-// declarations; the declaration files tsc does not copy (src/*.d.ts have no
+// Builds the package into dist/: the compiled sources (without comments)
+// with their declarations (with them); the declaration files tsc does not copy (src/*.d.ts have no
 // output of their own: the generated schema types and the element's types);
 // and @tidings/client/element, the <tidings-inbox> element as the server
 // serves it (server/inbox/) with the WebAssembly core it loads
@@ -15,9 +15,14 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..", "..");
 const dist = join(here, "dist");
 rmSync(dist, { recursive: true, force: true });
-execFileSync(join(here, "node_modules/.bin/tsc"), ["-p", join(here, "tsconfig.build.json")], {
-  stdio: "inherit",
-});
+// The JavaScript without comments (a browser downloads it; the docs are in
+// the declarations), then the declarations with them.
+const tsc = (...args) =>
+  execFileSync(join(here, "node_modules/.bin/tsc"), ["-p", join(here, "tsconfig.build.json"), ...args], {
+    stdio: "inherit",
+  });
+tsc("--removeComments", "--declaration", "false");
+tsc("--emitDeclarationOnly");
 for (const declarations of ["schema.d.ts", "tidings-inbox.d.ts"]) {
   copyFileSync(join(here, "src", declarations), join(dist, declarations));
 }

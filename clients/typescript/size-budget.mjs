@@ -5,7 +5,8 @@
 //   /inbox/tidings-inbox.js: the same files): the element's modules, the
 //   package's stream, errors, retry and consistency modules it is built on,
 //   and the WebAssembly core. This is what such a page waits for; it must
-//   stay within the budget (FRONT_END_GZIP_BUDGET bytes, default 80 KiB);
+//   stay within the budget (FRONT_END_GZIP_BUDGET bytes, default 80 KB:
+//   80,000 bytes);
 // - the rest of @tidings/client a page may add (the typed REST client,
 //   paging, and openapi-fetch): printed, with the sum of both.
 // Run by ./pack, after the build.
@@ -16,7 +17,7 @@ import { constants, gzipSync } from "node:zlib";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..", "..");
-const budget = Number(process.env.FRONT_END_GZIP_BUDGET ?? 80 * 1024);
+const budget = Number(process.env.FRONT_END_GZIP_BUDGET ?? 80_000);
 
 function measure(title, files) {
   let total = 0;

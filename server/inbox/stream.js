@@ -3,13 +3,9 @@
 import { CONSISTENCY_HEADER, ConsistencyTokens } from "./consistency.js";
 import { ok, readJson, TidingsError } from "./errors.js";
 import { sleep } from "./retry.js";
-/** Resets after which reconnecting would only repeat the reset. */
 const FINAL_RESETS = new Set([
-    // Reopening would close another of the user's streams, which would
-    // reopen and close this one: the user has too many tabs open.
     "superseded",
 ]);
-/** Reads `text/event-stream` from a body, one event at a time. */
 async function* sseEvents(body) {
     const reader = body.getReader();
     const decoder = new TextDecoder();
@@ -36,7 +32,7 @@ async function* sseEvents(body) {
                     continue;
                 }
                 if (line.startsWith(":"))
-                    continue; // the heartbeat
+                    continue;
                 const colon = line.indexOf(":");
                 const field = colon < 0 ? line : line.slice(0, colon);
                 let text = colon < 0 ? "" : line.slice(colon + 1);
@@ -52,7 +48,6 @@ async function* sseEvents(body) {
         }
     }
     finally {
-        // Left early (a reset, close()): let the connection go.
         await reader.cancel().catch(() => undefined);
     }
 }
@@ -64,7 +59,6 @@ export class TidingsStream {
     #abort = new AbortController();
     #lastEventId;
     #closed = false;
-    /** Settles when the stream has stopped: `close()`, a final reset, or a refusal no retry mends. */
     done;
     constructor(options) {
         if ((options.token === undefined) === (options.ticket === undefined)) {
@@ -81,17 +75,14 @@ export class TidingsStream {
                     ?.consistency ??
                 new ConsistencyTokens();
         this.#lastEventId = options.after;
-        // Listeners are added right after construction; start once they are.
         this.done = Promise.resolve().then(() => this.#run());
     }
-    /** The cursor the next connection resumes after. */
     get lastEventId() {
         return this.#lastEventId;
     }
     get closed() {
         return this.#closed;
     }
-    /** Listens to one kind of event; returns the function that stops listening. */
     on(name, listener) {
         let set = this.#listeners.get(name);
         if (!set) {
@@ -101,7 +92,6 @@ export class TidingsStream {
         set.add(listener);
         return () => set.delete(listener);
     }
-    /** Ends the stream and its connection; no reconnect follows. */
     close() {
         this.#closed = true;
         this.#abort.abort(new DOMException("the stream was closed", "AbortError"));
@@ -113,7 +103,6 @@ export class TidingsStream {
                 listener(data);
             }
             catch (error) {
-                // A listener's bug must not end the stream; report it where it shows.
                 queueMicrotask(() => {
                     throw error;
                 });
@@ -124,8 +113,6 @@ export class TidingsStream {
         const initial = this.#options.backoff?.initialMs ?? 250;
         const max = this.#options.backoff?.maxMs ?? 15_000;
         const ceiling = Math.min(max, initial * 2 ** Math.min(attempt, 20));
-        // Equal jitter: at least half the step, so a crowd of clients spreads
-        // out without any of them retrying at once.
         const wait = Math.max(ceiling / 2 + (Math.random() * ceiling) / 2, (retryAfterSeconds ?? 0) * 1000);
         return sleep(wait, this.#abort.signal).catch(() => undefined);
     }
@@ -159,7 +146,6 @@ export class TidingsStream {
             }
             if (!response.ok || response.body === null) {
                 const error = await TidingsError.read(response);
-                // Capacity (429, 503) passes; a refused credential or request does not.
                 const willRetry = error.status === 429 || error.status >= 500;
                 this.#emit("error", { error, willRetry });
                 if (!willRetry)
@@ -185,7 +171,6 @@ export class TidingsStream {
             if (this.#closed)
                 break;
             if (reset === undefined) {
-                // The connection ended without a reset: resume after the last item.
                 await this.#pause(failures++);
                 continue;
             }
@@ -203,7 +188,6 @@ export class TidingsStream {
         }
         this.#closed = true;
     }
-    /** Hands one event to its listeners; the reset, if it was one. */
     #dispatch(message) {
         const data = JSON.parse(message.data);
         switch (message.event) {
@@ -227,14 +211,11 @@ export class TidingsStream {
                 return reset;
             }
             default:
-                // An event a newer server sends and this client does not know.
                 return undefined;
         }
     }
-    /** The first page again, then the next stream after its head. */
     async #resync() {
         const page = await this.#firstPage();
-        // An empty feed has no head: the next stream starts live.
         this.#lastEventId = page.head ?? undefined;
         this.#emit("resync", page);
     }
@@ -262,7 +243,6 @@ export class TidingsStream {
         return readJson(response);
     }
 }
-/** Opens the user's live stream; `close()` ends it. */
 export function openStream(options) {
     return new TidingsStream(options);
 }
