@@ -109,6 +109,18 @@ pub fn check_component(name: &str, value: &Value) -> Result<(), String> {
         .map_err(|e| format!("{e}\n{name}: {value}"))
 }
 
+/// The schema the document names for the stream's SSE event `name`
+/// (`x-sse-events` of `GET /v1/feed/stream`).
+pub fn sse_event_schema(name: &str) -> Result<String, String> {
+    let events = &Spec::get().document["paths"]["/v1/feed/stream"]["get"]["responses"]["200"]
+        ["content"]["text/event-stream"]["x-sse-events"];
+    events[name]["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("the document names no schema for the SSE event {name:?}"))
+}
+
 /// One operation of the document: where its path parameters are.
 struct Operation {
     id: String,

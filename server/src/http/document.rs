@@ -66,6 +66,7 @@ pub fn publish(generated: &str) -> Result<String, serde_json::Error> {
     }
     finish_operations(&mut doc);
     add_request_examples(&mut doc);
+    declare_sse_events(&mut doc);
     declare_ratelimit_components(&mut doc);
     limits::apply(&mut doc);
     serde_json::to_string_pretty(&doc)
@@ -487,6 +488,32 @@ fn request_example(operation_id: &str) -> Option<serde_json::Value> {
         "event-types.delivery.put" => delivery,
         _ => return None,
     })
+}
+
+/// The stream's events by SSE name, each with its data's schema, as
+/// `x-sse-events` on its `text/event-stream` answer (OpenAPI 3.0 has no
+/// word for SSE events; the `oneOf` of their data cannot say which is which).
+fn declare_sse_events(doc: &mut Json) {
+    let media = doc
+        .get_mut("paths")
+        .and_then(|p| p.get_mut("/v1/feed/stream"))
+        .and_then(|p| p.get_mut("get"))
+        .and_then(|o| o.get_mut("responses"))
+        .and_then(|r| r.get_mut("200"))
+        .and_then(|r| r.get_mut("content"))
+        .and_then(|c| c.get_mut("text/event-stream"));
+    if let Some(media) = media {
+        let events: serde_json::Map<String, serde_json::Value> = crate::http::stream::SSE_EVENTS
+            .iter()
+            .map(|(name, schema)| {
+                (
+                    (*name).to_owned(),
+                    json!({"$ref": format!("#/components/schemas/{schema}")}),
+                )
+            })
+            .collect();
+        media.set("x-sse-events", serde_json::Value::Object(events));
+    }
 }
 
 fn add_request_examples(doc: &mut Json) {
@@ -1043,6 +1070,16 @@ mod tests {
             MAX_BATCH
         );
         assert_eq!(doc["paths"]["/healthz"]["get"]["security"], json!([]));
+        let events = &doc["paths"]["/v1/feed/stream"]["get"]["responses"]["200"]["content"]
+            ["text/event-stream"]["x-sse-events"];
+        assert_eq!(
+            events["marks"]["$ref"],
+            "#/components/schemas/MarksEventOut"
+        );
+        for (_, event) in events.as_object().unwrap() {
+            let name = event["$ref"].as_str().unwrap().rsplit('/').next().unwrap();
+            assert!(doc["components"]["schemas"].get(name).is_some(), "{name}");
+        }
         let statuses = |path: &str, method: &str| -> Vec<String> {
             doc["paths"][path][method]["responses"]
                 .as_object()

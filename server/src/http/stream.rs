@@ -139,19 +139,36 @@ fn event_out(message: StreamMessage) -> StreamEventOut {
     }
 }
 
+/// The SSE event names, each with the schema of its data: what
+/// [`sse_event`] sends, and what the published document declares as the
+/// stream's `x-sse-events` map (`http::document`), so a generated client can
+/// type each event by its name.
+pub const SSE_EVENTS: [(&str, &str); 4] = [
+    (ITEM_EVENT, "FeedItemOut"),
+    (MARKS_EVENT, "MarksEventOut"),
+    (MEMBERSHIP_EVENT, "MembershipEventOut"),
+    (RESET_EVENT, "ResetEventOut"),
+];
+const ITEM_EVENT: &str = "item";
+const MARKS_EVENT: &str = "marks";
+const MEMBERSHIP_EVENT: &str = "membership";
+const RESET_EVENT: &str = "reset";
+
 fn sse_event(event: StreamEventOut) -> Event {
     match event {
         StreamEventOut::Item(item) => {
             let id = item.cursor.clone();
             Event::message(item.to_json_string())
-                .event_type("item")
+                .event_type(ITEM_EVENT)
                 .id(id)
         }
-        StreamEventOut::Marks(marks) => Event::message(marks.to_json_string()).event_type("marks"),
-        StreamEventOut::Membership(m) => {
-            Event::message(m.to_json_string()).event_type("membership")
+        StreamEventOut::Marks(marks) => {
+            Event::message(marks.to_json_string()).event_type(MARKS_EVENT)
         }
-        StreamEventOut::Reset(r) => Event::message(r.to_json_string()).event_type("reset"),
+        StreamEventOut::Membership(m) => {
+            Event::message(m.to_json_string()).event_type(MEMBERSHIP_EVENT)
+        }
+        StreamEventOut::Reset(r) => Event::message(r.to_json_string()).event_type(RESET_EVENT),
     }
 }
 
