@@ -111,15 +111,23 @@ async fn an_email_inside_quiet_hours_waits_for_their_end_and_a_critical_one_pass
     .await;
     assert!(released, "the held email: {:?}", smtp.received());
     assert!(Utc::now() >= end);
-    let page = api.get_alert_page(&held_id, "").expect(200).await;
-    let sent = page["deliveries"]
-        .as_array()
-        .expect("deliveries")
-        .iter()
-        .find(|d| d["channel"] == "email")
-        .expect("email")
-        .clone();
-    assert_eq!(sent["status"], "sent", "{sent}");
+    // The receiver has it; the worker records the send right after.
+    let email_of_alert = || async {
+        let page = api.get_alert_page(&held_id, "").expect(200).await;
+        page["deliveries"]
+            .as_array()
+            .expect("deliveries")
+            .iter()
+            .find(|d| d["channel"] == "email")
+            .expect("email")
+            .clone()
+    };
+    let recorded = eventually(Duration::from_secs(10), || async {
+        email_of_alert().await["status"] == "sent"
+    })
+    .await;
+    let sent = email_of_alert().await;
+    assert!(recorded, "{sent}");
     assert!(timestamp(&sent["sent_at"]) >= end, "{sent}");
 }
 

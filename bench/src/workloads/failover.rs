@@ -2,8 +2,8 @@
 //! the primary is lost. The HA topology of `scripts/cluster up --ha` (three
 //! PostgreSQL nodes under Patroni, etcd, HAProxy; synchronous replication) on
 //! ports of the checkout's own, one `tidings serve` on it, writers posting
-//! events as fast as they go. Each round kills the primary's postmaster and
-//! its Patroni with SIGKILL; its unavailability is the time from the first
+//! events as fast as they go. Each round kills the primary's Patroni, its
+//! postmaster and its backends with SIGKILL (the node, as a lost machine); its unavailability is the time from the first
 //! failed write after the kill to the first write acknowledged after that.
 //! Between rounds `scripts/cluster up --ha` brings the killed node back as a
 //! standby. Reported: each round, p50 and max, against the aim that writes
@@ -218,7 +218,7 @@ async fn measure(
     }
 
     let mut t = Table::new(
-        "Writes unavailable per failover (SIGKILL of the primary's postmaster and Patroni)",
+        "Writes unavailable per failover (SIGKILL of the primary's Patroni, postmaster and backends)",
         &[
             "round",
             "killed",
@@ -244,13 +244,19 @@ async fn measure(
                 .find(|n| n["role"] == "primary")
                 .context("no primary")?
                 .clone();
+            // The whole node, as when its machine is lost: Patroni, the
+            // postmaster and its backends. A backend outlives a killed
+            // postmaster for a while, and a pooled connection to it could
+            // answer a write after the kill, a "resumption" on the dead node.
+            let postmaster = primary["pid"].as_u64().context("a pid")?;
+            let mut victims = vec![primary["patroni_pid"].as_u64().context("a pid")?];
+            victims.extend(children_of(postmaster));
+            victims.push(postmaster);
             let killed_at = Instant::now();
-            for pid in [&primary["patroni_pid"], &primary["pid"]] {
-                let pid = pid.as_u64().context("a pid")?;
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
-            }
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .args(victims.iter().map(u64::to_string))
+                .status();
             let deadline = killed_at + Duration::from_secs(120);
             let (failed_at, resumed_at) = loop {
                 if Instant::now() > deadline {
@@ -374,4 +380,25 @@ async fn measure(
     ));
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
+}
+
+/// The processes whose parent is `pid` (from /proc: the field after the
+/// command's closing parenthesis is the state, then the parent's pid).
+fn children_of(pid: u64) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u64>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
