@@ -95,7 +95,7 @@ async fn set_up(ctx: &Ctx, users: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the harness saw of one reading user.
+/// What the harness saw of the reading users.
 #[derive(Default)]
 struct Reads {
     /// Users whose mark-all-read was answered before their delivery fell due.
