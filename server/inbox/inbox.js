@@ -12,7 +12,7 @@
 // after a reset), its problem errors, bounded retries of 429 and the
 // consistency token; where the server has no stream, it polls `after=head`.
 import initCore, * as core from "./core/tidings_core.js";
-import { CONSISTENCY_HEADER, ConsistencyTokens, TAKES_CONSISTENCY_TOKEN } from "./consistency.js";
+import { ConsistencyTokens } from "./consistency.js";
 import { readJson, TidingsError } from "./errors.js";
 import { InboxModel } from "./model.js";
 import { PreferencePanel } from "./preferences.js";
@@ -74,18 +74,14 @@ class Inbox {
     try {
       const headers = new Headers({ Authorization: `Bearer ${await this.getToken()}` });
       if (body !== undefined) headers.set("Content-Type", "application/json");
-      const latest = this.consistency.latest;
-      if (latest && method === "GET" && TAKES_CONSISTENCY_TOKEN.test(path.split("?")[0])) {
-        headers.set(CONSISTENCY_HEADER, latest);
-      }
-      const response = await this.fetch(
-        new Request(this.baseUrl + path, {
-          method,
-          headers,
-          body: body === undefined ? undefined : JSON.stringify(body),
-        }),
-      );
-      this.consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+      const request = new Request(this.baseUrl + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      this.consistency.attachTo(request);
+      const response = await this.fetch(request);
+      this.consistency.rememberFrom(response);
       return await readJson(response);
     } finally {
       this.pending -= 1;

@@ -56,6 +56,15 @@ pub use webhooks::{
     Endpoint, WebhookFixture,
 };
 
+/// An RFC 3339 timestamp of an answer, as UTC; panics on anything else.
+pub fn timestamp(value: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
+    value
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or_else(|| panic!("not a timestamp: {value}"))
+}
+
 /// Polls `check` every 100 ms until it is true; false after `limit`.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where

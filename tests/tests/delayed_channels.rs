@@ -16,8 +16,8 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tidings_core::Position;
 use tidings_tests::{
-    alert, eventually, user_with_email, worker_env, AppOptions, Receiver, TestApp, TestDb,
-    TestTenant,
+    alert, eventually, timestamp, user_with_email, worker_env, AppOptions, Receiver, TestApp,
+    TestDb, TestTenant,
 };
 
 /// Two instances on one database: `front` takes alerts and marks and runs no
@@ -130,14 +130,6 @@ fn cursor_position(value: &Value) -> Option<Position> {
     value
         .as_str()
         .map(|c| Position::from_cursor(c).expect("valid cursor"))
-}
-
-fn timestamp(value: &Value) -> DateTime<Utc> {
-    value
-        .as_str()
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| panic!("not a timestamp: {value}"))
 }
 
 /// Posts an alert (in-app and a delayed email) to `users` through `front`

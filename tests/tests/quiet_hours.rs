@@ -6,16 +6,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Timelike, Utc};
-use serde_json::{json, Value};
-use tidings_tests::{alert, eventually, worker_env, AppOptions, Receiver, TestApp};
-
-fn timestamp(value: &Value) -> DateTime<Utc> {
-    value
-        .as_str()
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| panic!("not a timestamp: {value}"))
-}
+use serde_json::json;
+use tidings_tests::{alert, eventually, timestamp, worker_env, AppOptions, Receiver, TestApp};
 
 /// `at` as a local time in Asia/Kolkata (UTC+05:30, no daylight saving): the
 /// window is kept in the user's zone, not in UTC.

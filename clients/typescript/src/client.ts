@@ -7,7 +7,7 @@
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { paths } from "./schema.js";
 import { retryingFetch, type RetryOptions } from "./retry.js";
-import { CONSISTENCY_HEADER, ConsistencyTokens, TAKES_CONSISTENCY_TOKEN } from "./consistency.js";
+import { ConsistencyTokens } from "./consistency.js";
 
 export type TidingsClient = Client<paths>;
 
@@ -51,20 +51,11 @@ export function createTidingsClient(options: ClientOptions): TidingsClient & {
   const consistency = options.consistency ?? new ConsistencyTokens();
   const carry: Middleware = {
     onRequest({ request }) {
-      const latest = consistency.latest;
-      const path = new URL(request.url).pathname;
-      if (
-        latest !== undefined &&
-        request.method === "GET" &&
-        TAKES_CONSISTENCY_TOKEN.test(path) &&
-        !request.headers.has(CONSISTENCY_HEADER)
-      ) {
-        request.headers.set(CONSISTENCY_HEADER, latest);
-      }
+      consistency.attachTo(request);
       return request;
     },
     onResponse({ response }) {
-      consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+      consistency.rememberFrom(response);
       return response;
     },
   };

@@ -5,7 +5,7 @@
 export const CONSISTENCY_HEADER = "Tidings-Consistency-Token";
 
 /** Reads that take the token: the feed and its counts. */
-export const TAKES_CONSISTENCY_TOKEN = /\/v1\/feed(\/counts)?$/;
+const TAKES_CONSISTENCY_TOKEN = /\/v1\/feed(\/counts)?$/;
 
 /**
  * The newest consistency token a write (or the stream's `marks` event)
@@ -22,5 +22,23 @@ export class ConsistencyTokens {
 
   remember(token: string | null | undefined): void {
     if (token) this.#latest = token;
+  }
+
+  /** Keeps the token an answer carries, if any. */
+  rememberFrom(response: Response): void {
+    this.remember(response.headers.get(CONSISTENCY_HEADER));
+  }
+
+  /** Sends the latest token with `request` when it is a read that takes one
+   * (a GET of the feed or its counts) and carries none yet. */
+  attachTo(request: Request): void {
+    if (
+      this.#latest !== undefined &&
+      request.method === "GET" &&
+      TAKES_CONSISTENCY_TOKEN.test(new URL(request.url).pathname) &&
+      !request.headers.has(CONSISTENCY_HEADER)
+    ) {
+      request.headers.set(CONSISTENCY_HEADER, this.#latest);
+    }
   }
 }

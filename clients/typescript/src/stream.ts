@@ -14,7 +14,7 @@
 // itself, the first page after a reset, goes through `client` when given,
 // else through fetch with the stream's token.
 import type { Credential, TidingsClient } from "./client.js";
-import { CONSISTENCY_HEADER, ConsistencyTokens } from "./consistency.js";
+import { ConsistencyTokens } from "./consistency.js";
 import { ok, readJson, TidingsError } from "./errors.js";
 import { sleep } from "./retry.js";
 import type { components } from "./schema.js";
@@ -320,14 +320,19 @@ export class TidingsStream {
     }
     const url = new URL(`${this.#options.baseUrl.replace(/\/$/, "")}/v1/feed`);
     if (limit !== undefined) url.searchParams.set("limit", String(limit));
-    const headers = new Headers({ Accept: "application/json" });
     const token = this.#options.token as Credential;
-    headers.set("Authorization", `Bearer ${typeof token === "function" ? await token() : token}`);
-    const latest = this.#consistency.latest;
-    if (latest !== undefined) headers.set(CONSISTENCY_HEADER, latest);
+    const request = new Request(url, {
+      headers: {
+        Accept: "application/json",
+        Authorization: `Bearer ${typeof token === "function" ? await token() : token}`,
+      },
+      signal,
+      cache: "no-store",
+    });
+    this.#consistency.attachTo(request);
     const fetch = this.#options.fetch ?? globalThis.fetch;
-    const response = await fetch(url, { headers, signal, cache: "no-store" });
-    this.#consistency.remember(response.headers.get(CONSISTENCY_HEADER));
+    const response = await fetch(request);
+    this.#consistency.rememberFrom(response);
     return readJson<FeedPage>(response);
   }
 }

@@ -126,11 +126,7 @@ impl DeliveryRules {
 /// test build standing in for the version before it
 /// (`test_hooks::WITHOUT_LAST_MIGRATION`, the rolling upgrade test).
 pub fn in_schema() -> bool {
-    #[cfg(feature = "test-hooks")]
-    if crate::app::test_hooks::armed(crate::app::test_hooks::WITHOUT_LAST_MIGRATION) {
-        return false;
-    }
-    true
+    !crate::db::stands_in_for_previous_version()
 }
 
 /// The rules a new alert applies: its own, each channel without one taking

@@ -351,14 +351,25 @@ pub async fn connect_primary(
     })
 }
 
+/// True only in a test build standing in for the version before the newest
+/// migration (`test_hooks::WITHOUT_LAST_MIGRATION`, the rolling upgrade
+/// test): it does not apply that migration, and the features of the
+/// migrations that version lacked (each module's `in_schema`) stay off.
+pub fn stands_in_for_previous_version() -> bool {
+    #[cfg(feature = "test-hooks")]
+    if crate::app::test_hooks::armed(crate::app::test_hooks::WITHOUT_LAST_MIGRATION) {
+        return true;
+    }
+    false
+}
+
 /// The migrations this binary applies. A database may already hold later
 /// ones: during a rolling upgrade the next version migrates first (expand)
 /// while this one still runs, and an instance of this version restarting then
 /// must start, not refuse (ARCHITECTURE.md, "Rolling upgrades").
 fn migrator() -> Migrator {
     let known: Vec<Migration> = MIGRATOR.iter().cloned().collect();
-    #[cfg(feature = "test-hooks")]
-    let known = if crate::app::test_hooks::armed(crate::app::test_hooks::WITHOUT_LAST_MIGRATION) {
+    let known = if stands_in_for_previous_version() {
         known[..known.len().saturating_sub(1)].to_vec()
     } else {
         known

@@ -210,7 +210,7 @@ impl Worker {
     /// deliveries (`deliveries::fallback`): what comes back is what to send.
     async fn claim(&self, lease_ms: u64) -> sqlx::Result<Vec<ClaimedDelivery>> {
         #[cfg(feature = "test-hooks")]
-        if crate::app::test_hooks::armed(crate::app::test_hooks::WITHOUT_LAST_MIGRATION) {
+        if crate::db::stands_in_for_previous_version() {
             return store::claim_deliveries_before_delayed_channels(
                 &self.pool,
                 self.config.batch,
@@ -633,7 +633,7 @@ fn render_email(
 /// records them as that version did, in place.
 async fn complete(pool: &PrimaryPool, results: &[CompletedDelivery]) -> sqlx::Result<u64> {
     #[cfg(feature = "test-hooks")]
-    if crate::app::test_hooks::armed(crate::app::test_hooks::WITHOUT_LAST_MIGRATION) {
+    if crate::db::stands_in_for_previous_version() {
         return store::complete_deliveries_in_place(pool, results).await;
     }
     store::complete_deliveries(pool, results).await
