@@ -39,6 +39,7 @@ const WORKLOADS: &[&str] = &[
     "mixed",
     "isolation",
     "stream",
+    "notify",
     "replicas",
     "failover",
     "soak",
@@ -56,7 +57,8 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
-    /// drain-peer, fallback, mixed, isolation, stream, replicas, failover, soak.
+    /// drain-peer, fallback, mixed, isolation, stream, notify, replicas, failover,
+    /// soak.
     #[arg(long)]
     only: Vec<String>,
     /// Admin URL of the bench PostgreSQL (any database; the bench creates its
@@ -140,7 +142,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // The outbox and alert workloads read no events: tier M's 10M (minutes of
     // seeding, GBs of a shared disk) would only slow them down. Their tenants,
     // users and teams are seeded as usual; the JSON records the count used.
-    const READ_NO_EVENTS: [&str; 4] = ["drain-peer", "ingest", "drain", "fallback"];
+    const READ_NO_EVENTS: [&str; 5] = ["drain-peer", "ingest", "drain", "fallback", "notify"];
     if !args.only.is_empty()
         && args
             .only
@@ -289,6 +291,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,
             "stream" => workloads::stream::run(&ctx).await,
+            "notify" => workloads::notify::run(&ctx).await,
             "replicas" => workloads::replicas::run(&ctx).await,
             "failover" => workloads::failover::run(&ctx).await,
             "soak" => workloads::soak::run(&ctx).await,

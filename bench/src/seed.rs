@@ -25,6 +25,32 @@ pub fn api_key(t: i64) -> String {
     format!("tdk_bench_{t}")
 }
 
+/// Bench tenant `t` with its API key and signing secret, for a workload
+/// that keeps its users apart from the seeded ones; idempotent.
+pub async fn ensure_tenant(pool: &PgPool, t: i64, name: &str) -> anyhow::Result<()> {
+    let tenant = tenant_uuid(t);
+    sqlx::query(
+        "INSERT INTO tenants (id, name, signing_secret) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(name)
+    .bind(stored_signing_secret(t)?)
+    .execute(pool)
+    .await
+    .with_context(|| format!("inserting tenant {name}"))?;
+    sqlx::query(
+        "INSERT INTO api_keys (tenant_id, id, key_hash)
+         VALUES ($1, $1, sha256(convert_to($2, 'UTF8'))) ON CONFLICT DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(api_key(t))
+    .execute(pool)
+    .await
+    .with_context(|| format!("inserting the API key of tenant {name}"))?;
+    Ok(())
+}
+
 /// The reader of many teams: in tenant 0, a member of every team
 /// of the tenant and of quiet teams (no events), `Tier::wide_reader_teams` in
 /// all, all joined before every seeded event.

@@ -8,7 +8,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context};
@@ -163,11 +163,33 @@ pub async fn migrate(bin: &Path, database_url: &str) -> anyhow::Result<()> {
 pub struct Sink {
     pub url: String,
     pub received: Arc<AtomicU64>,
+    /// With [`Sink::start_timing`]: when each request carrying a `bench_seq`
+    /// arrived, by that number.
+    pub arrivals: Arrivals,
     _task: tokio::task::JoinHandle<()>,
 }
 
+/// (`bench_seq`, arrival) per request, in the order they came.
+pub type Arrivals = Arc<std::sync::Mutex<Vec<(u32, Instant)>>>;
+
+#[derive(Clone)]
+struct SinkState {
+    received: Arc<AtomicU64>,
+    arrivals: Option<Arrivals>,
+}
+
 impl Sink {
+    /// Counts only: the body is not read, so the drain measures the worker.
     pub async fn start() -> anyhow::Result<Sink> {
+        Sink::listen(false).await
+    }
+
+    /// Also stamps each request's arrival under the `bench_seq` of its body.
+    pub async fn start_timing() -> anyhow::Result<Sink> {
+        Sink::listen(true).await
+    }
+
+    async fn listen(timing: bool) -> anyhow::Result<Sink> {
         use poem::{
             handler,
             listener::{Acceptor, Listener, TcpListener},
@@ -175,26 +197,36 @@ impl Sink {
             EndpointExt, Route, Server,
         };
         #[handler]
-        fn receive(counter: Data<&Arc<AtomicU64>>) -> poem::http::StatusCode {
-            counter.fetch_add(1, Ordering::Relaxed);
+        async fn receive(state: Data<&SinkState>, body: poem::Body) -> poem::http::StatusCode {
+            let at = Instant::now();
+            if let Some(arrivals) = &state.arrivals {
+                let bytes = body.into_bytes().await.unwrap_or_default();
+                if let Some(seq) = crate::workloads::bench_seq(&bytes) {
+                    arrivals.lock().unwrap().push((seq, at));
+                }
+            }
+            state.received.fetch_add(1, Ordering::Relaxed);
             poem::http::StatusCode::NO_CONTENT
         }
         let received = Arc::new(AtomicU64::new(0));
+        let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
         let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await?;
         let addr = acceptor
             .local_addr()
             .first()
             .and_then(|a| a.as_socket_addr().copied())
             .context("sink has no address")?;
-        let app = Route::new()
-            .at("/*", poem::post(receive))
-            .data(received.clone());
+        let app = Route::new().at("/*", poem::post(receive)).data(SinkState {
+            received: received.clone(),
+            arrivals: timing.then(|| arrivals.clone()),
+        });
         let task = tokio::spawn(async move {
             let _ = Server::new_with_acceptor(acceptor).run(app).await;
         });
         Ok(Sink {
             url: format!("http://{addr}/hook"),
             received,
+            arrivals,
             _task: task,
         })
     }

@@ -3,8 +3,10 @@
 //! PostgreSQL nodes under Patroni, etcd, HAProxy; synchronous replication) on
 //! ports of the checkout's own, one `tidings serve` on it, writers posting
 //! events as fast as they go. Each round kills the primary's Patroni, its
-//! postmaster and its backends with SIGKILL (the node, as a lost machine); its unavailability is the time from the first
-//! failed write after the kill to the first write acknowledged after that.
+//! postmaster and its backends with SIGKILL (the node, as a lost machine);
+//! its unavailability is the time from the first failed write after the kill
+//! to the first acknowledgement of a write sent after that failure (a write
+//! sent before it may still be answered late by the old primary).
 //! Between rounds `scripts/cluster up --ha` brings the killed node back as a
 //! standby. Reported: each round, p50 and max, against the aim that writes
 //! resume within 30 s. What synchronous commits cost is measured apart, by
@@ -141,8 +143,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     Ok(w)
 }
 
-/// Every write's end: when, and whether it was acknowledged.
-type Outcomes = Arc<Mutex<Vec<(Instant, bool)>>>;
+/// One write: when it was sent, when its answer came, and whether it was
+/// acknowledged.
+#[derive(Clone, Copy)]
+struct Outcome {
+    sent: Instant,
+    answered: Instant,
+    ok: bool,
+}
+type Outcomes = Arc<Mutex<Vec<Outcome>>>;
 
 async fn measure(
     ctx: &Ctx,
@@ -201,6 +210,7 @@ async fn measure(
         let (outcomes, stop) = (outcomes.clone(), stop.clone());
         writers.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let sent = Instant::now();
                 let answer = http
                     .post(&url)
                     .bearer_auth(&key)
@@ -209,7 +219,11 @@ async fn measure(
                     .send()
                     .await;
                 let ok = answer.is_ok_and(|a| a.status().is_success());
-                outcomes.lock().unwrap().push((Instant::now(), ok));
+                outcomes.lock().unwrap().push(Outcome {
+                    sent,
+                    answered: Instant::now(),
+                    ok,
+                });
                 if !ok {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -253,9 +267,12 @@ async fn measure(
             victims.extend(children_of(postmaster));
             victims.push(postmaster);
             let killed_at = Instant::now();
+            // A backend may end between the listing and the kill: `kill`
+            // then says so and goes on with the others.
             let _ = std::process::Command::new("kill")
                 .arg("-9")
                 .args(victims.iter().map(u64::to_string))
+                .stderr(std::process::Stdio::null())
                 .status();
             let deadline = killed_at + Duration::from_secs(120);
             let (failed_at, resumed_at) = loop {
@@ -264,13 +281,24 @@ async fn measure(
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let seen = outcomes.lock().unwrap();
-                let after: Vec<&(Instant, bool)> =
-                    seen.iter().filter(|(at, _)| *at >= killed_at).collect();
-                let Some(failed) = after.iter().find(|(_, ok)| !ok).map(|(at, _)| *at) else {
+                let Some(failed) = seen
+                    .iter()
+                    .filter(|o| !o.ok && o.answered >= killed_at)
+                    .map(|o| o.answered)
+                    .min()
+                else {
                     continue;
                 };
-                if let Some(resumed) = after.iter().find(|(at, ok)| *ok && *at > failed) {
-                    break (failed, resumed.0);
+                // Only a write sent after the failure shows that writes work
+                // again: one sent before the kill, committed and answered late
+                // by the old primary, is not a resumption.
+                if let Some(resumed) = seen
+                    .iter()
+                    .filter(|o| o.ok && o.sent >= failed)
+                    .map(|o| o.answered)
+                    .min()
+                {
+                    break (failed, resumed);
                 }
             };
             let seconds = (resumed_at - failed_at).as_secs_f64();
@@ -320,7 +348,7 @@ async fn measure(
                     .lock()
                     .unwrap()
                     .iter()
-                    .filter(|(at, ok)| *ok && *at >= from)
+                    .filter(|o| o.ok && o.answered >= from)
                     .count();
                 *rate = acked as f64 / window.as_secs_f64();
             }
@@ -346,12 +374,7 @@ async fn measure(
     serve.stop().await;
     measured?;
 
-    let writes = outcomes
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, ok)| *ok)
-        .count();
+    let writes = outcomes.lock().unwrap().iter().filter(|o| o.ok).count();
     let p50 = percentile(&unavailable, 50.0);
     let max = unavailable.iter().copied().fold(0.0, f64::max);
     w.tables.push(t);

@@ -302,8 +302,8 @@ async fn end_to_end(ctx: &Ctx, s: &Sizes, w: &mut WorkloadResult) -> anyhow::Res
         "the SMTP sink received {received} emails, the database says {} were sent",
         o.sent
     );
-    let lag_p50 = percentile(&o.lags, 0.50);
-    let lag_p99 = percentile(&o.lags, 0.99);
+    let lag_p50 = percentile(&o.lags, 50.0);
+    let lag_p99 = percentile(&o.lags, 99.0);
     let decisions_per_second = s.alerts as f64 / o.decided_seconds.max(1e-3);
     let mut table = Table::new(
         "Delayed email unless read, end to end (one worker, no-op SMTP sink)",

@@ -11,6 +11,7 @@ pub mod health;
 pub mod ingest;
 pub mod isolation;
 pub mod mixed;
+pub mod notify;
 pub mod replicas;
 pub mod soak;
 pub mod stream;
@@ -250,6 +251,25 @@ impl Ctx {
         Ok(status != reqwest::StatusCode::NOT_FOUND
             && status != reqwest::StatusCode::METHOD_NOT_ALLOWED)
     }
+}
+
+/// Where `needle` first occurs in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The `bench_seq` number a workload put in a payload, found in whatever
+/// carries it (a stream's `item` event, a webhook's body).
+pub fn bench_seq(bytes: &[u8]) -> Option<u32> {
+    const KEY: &[u8] = b"\"bench_seq\":";
+    let at = find(bytes, KEY)? + KEY.len();
+    let digits: Vec<u8> = bytes[at..]
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 pub fn rps(ms: &[Measure]) -> Vec<f64> {

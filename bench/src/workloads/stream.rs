@@ -47,7 +47,7 @@ use super::{fmt_ms, user_token, Ctx};
 use crate::{
     plots,
     report::{Aim, Table, WorkloadResult},
-    seed::{api_key, stored_signing_secret, tenant_uuid},
+    seed::{api_key, tenant_uuid},
     server::{Launch, Tidings},
     stats::percentile,
 };
@@ -61,8 +61,6 @@ const TEAM_SIZE: usize = 100;
 const POLL_EVERY: Duration = Duration::from_secs(10);
 /// Streams being opened at once (each costs the server a few statements).
 const OPEN_CONCURRENCY: usize = 64;
-/// Marks the payload field the client looks for in an `item` event.
-const SEQ_KEY: &[u8] = b"\"bench_seq\":";
 
 struct Plan {
     levels: Vec<usize>,
@@ -303,24 +301,7 @@ fn team_id(t: usize) -> String {
 /// [`TEAM_SIZE`] (user u in team u / 100), inserted directly; idempotent.
 async fn seed_tenant(ctx: &Ctx, max: usize) -> anyhow::Result<()> {
     let tenant = tenant_uuid(TENANT);
-    sqlx::query(
-        "INSERT INTO tenants (id, name, signing_secret) VALUES ($1, 'bench-stream', $2)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(tenant)
-    .bind(stored_signing_secret(TENANT)?)
-    .execute(&ctx.pool)
-    .await
-    .context("inserting the stream tenant")?;
-    sqlx::query(
-        "INSERT INTO api_keys (tenant_id, id, key_hash)
-         VALUES ($1, $1, sha256(convert_to($2, 'UTF8'))) ON CONFLICT DO NOTHING",
-    )
-    .bind(tenant)
-    .bind(api_key(TENANT))
-    .execute(&ctx.pool)
-    .await
-    .context("inserting the stream tenant's API key")?;
+    crate::seed::ensure_tenant(&ctx.pool, TENANT, "bench-stream").await?;
     sqlx::query(
         "INSERT INTO memberships (tenant_id, team_id, user_id)
          SELECT $1, 'stream-team-' || (u / $3), 'stream-user-' || u
@@ -701,14 +682,14 @@ async fn polling(
 }
 
 /// What one stream received: (sequence number, when) per item, and resets.
-struct Received {
-    pushes: Vec<(u32, Instant)>,
-    resets: usize,
+pub(super) struct Received {
+    pub pushes: Vec<(u32, Instant)>,
+    pub resets: usize,
 }
 
 /// Opens one stream (at most [`OPEN_CONCURRENCY`] opening at once), says
 /// whether it opened, then reads it until told to stop.
-async fn hold_stream(
+pub(super) async fn hold_stream(
     client: reqwest::Client,
     url: String,
     token: String,
@@ -746,11 +727,11 @@ async fn hold_stream(
                 Ok(Some(bytes)) => {
                     let at = Instant::now();
                     buf.extend_from_slice(&bytes);
-                    while let Some(end) = find(&buf, b"\n\n") {
+                    while let Some(end) = super::find(&buf, b"\n\n") {
                         let block = &buf[..end];
-                        if find(block, b"event: reset").is_some() || find(block, b"event:reset").is_some() {
+                        if super::find(block, b"event: reset").is_some() || super::find(block, b"event:reset").is_some() {
                             out.resets += 1;
-                        } else if let Some(s) = seq_of(block) {
+                        } else if let Some(s) = super::bench_seq(block) {
                             out.pushes.push((s, at));
                         }
                         buf.drain(..end + 2);
@@ -761,22 +742,6 @@ async fn hold_stream(
         }
     }
     out
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The `bench_seq` of an item event's payload, if the block is one.
-fn seq_of(block: &[u8]) -> Option<u32> {
-    let at = find(block, SEQ_KEY)? + SEQ_KEY.len();
-    let digits: Vec<u8> = block[at..]
-        .iter()
-        .skip_while(|b| b.is_ascii_whitespace())
-        .take_while(|b| b.is_ascii_digit())
-        .copied()
-        .collect();
-    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 /// One posted event: when its POST was sent and when it returned 2xx.

@@ -1,0 +1,363 @@
+//! Workload notify: time to notify. How long from `POST /v1/alerts` to the
+//! tenant's webhook receiving the request, and to the in-app item arriving on
+//! an open stream, when the service is busy but not saturated.
+//!
+//! A tenant of its own ([`TENANT`]) with one webhook endpoint at a timing
+//! sink (a loopback receiver stamping each request's arrival) and
+//! [`RECIPIENTS`] users, each holding a stream. Every alert goes to all of
+//! them on `in_app` and `webhook`: ten webhook deliveries and ten stream
+//! pushes per alert. One `tidings worker` with the default settings sends:
+//! its poll interval is a second, so a p99 far below it shows the NOTIFY
+//! wake-up at work.
+//!
+//! First the maximum: posters in a closed loop for a while; the maximum alert
+//! rate is the alerts posted ÷ the time until the last of their webhooks
+//! arrived (what the service sustains end to end, not what it accepts).
+//! Then half that rate, open loop (one task per alert, so a slow answer
+//! never delays the next): each delivery's time to notify is its arrival
+//! minus when its alert's POST was sent. Checked: every webhook arrived once,
+//! and every stream received each alert once.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU32, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use serde_json::json;
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use super::{create_sink_endpoint, stream::hold_stream, user_token, Ctx};
+use crate::{
+    report::{Aim, Table, WorkloadResult},
+    seed::{api_key, ensure_tenant},
+    server::{Launch, Sink, Tidings},
+    stats::percentile,
+    tier::TierName,
+};
+
+/// The workload's tenant (the seed never creates it).
+const TENANT: i64 = 901;
+/// Recipients of every alert: ten deliveries per alert, as the aim is put.
+const RECIPIENTS: usize = 10;
+/// The aim: a notification reaches its receiver within 50 ms at p99.
+const AIM_P99_MS: f64 = 50.0;
+/// Sequence numbers of the measured phase start here, apart from the probe's.
+const MEASURED_FROM: u32 = 1_000_000;
+
+struct Sizes {
+    /// The closed-loop probe for the maximum rate.
+    probe: Duration,
+    posters: usize,
+    /// The open-loop phase at half the maximum.
+    measure: Duration,
+}
+
+fn sizes(tier: TierName) -> Sizes {
+    match tier {
+        TierName::S => Sizes {
+            probe: Duration::from_secs(2),
+            posters: 8,
+            measure: Duration::from_secs(3),
+        },
+        TierName::M => Sizes {
+            probe: Duration::from_secs(8),
+            posters: 16,
+            measure: Duration::from_secs(20),
+        },
+    }
+}
+
+fn recipient(i: usize) -> String {
+    format!("notify-{i}")
+}
+
+/// Posts one alert carrying `seq` to every recipient; whether it was accepted.
+async fn post_alert(ctx: &Ctx, tag: &str, seq: u32) -> bool {
+    let body = json!({
+        "event_type": "invoice.paid",
+        "entity_id": format!("{tag}-{seq}"),
+        "recipients": (0..RECIPIENTS).map(recipient).collect::<Vec<_>>(),
+        "channels": ["in_app", "webhook"],
+        "subject": "Invoice paid",
+        "payload": {"bench_seq": seq},
+    });
+    ctx.http
+        .post(ctx.server.url("/v1/alerts"))
+        .bearer_auth(api_key(TENANT))
+        .json(&body)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// Waits until the sink has `n` arrivals with a sequence number in `range`.
+async fn wait_arrivals(
+    sink: &Sink,
+    range: std::ops::Range<u32>,
+    n: usize,
+) -> anyhow::Result<Vec<(u32, Instant)>> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let got: Vec<(u32, Instant)> = sink
+            .arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(seq, _)| range.contains(seq))
+            .copied()
+            .collect();
+        if got.len() >= n {
+            return Ok(got);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {} of {n} webhooks arrived within 120 s",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// p50, p99, p99.9 in ms.
+fn quantiles(ms: &[f64]) -> [f64; 3] {
+    [
+        percentile(ms, 50.0),
+        percentile(ms, 99.0),
+        percentile(ms, 99.9),
+    ]
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let started = Instant::now();
+    let mut w = WorkloadResult::new("notify");
+    let s = sizes(ctx.tier.name);
+    ensure_tenant(&ctx.pool, TENANT, "bench-notify").await?;
+    let sink = Sink::start_timing().await?;
+    let endpoint =
+        create_sink_endpoint(&ctx.http, &ctx.server.base_url, &api_key(TENANT), &sink.url).await?;
+    let worker = Tidings::worker(Launch {
+        bin: &ctx.bin,
+        database_url: &ctx.target.url,
+        log_dir: &ctx.work_dir,
+        name: "notify-worker",
+        env: vec![("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into())],
+    })
+    .await?;
+
+    // The recipients' streams.
+    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (open_tx, mut open_rx) = mpsc::unbounded_channel::<Result<(), String>>();
+    let gate = Arc::new(Semaphore::new(RECIPIENTS));
+    let mut streams = Vec::new();
+    for i in 0..RECIPIENTS {
+        streams.push(tokio::spawn(hold_stream(
+            client.clone(),
+            ctx.server.url("/v1/feed/stream"),
+            user_token(TENANT, &recipient(i))?,
+            gate.clone(),
+            open_tx.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    drop(open_tx);
+    for _ in 0..RECIPIENTS {
+        match open_rx.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => anyhow::bail!("a recipient's stream did not open: {e}"),
+            None => anyhow::bail!("a recipient's stream task ended before opening"),
+        }
+    }
+
+    let result = measure(ctx, &s, &sink).await;
+    let _ = stop_tx.send(true);
+    let mut received = Vec::new();
+    for stream in streams {
+        received.push(stream.await.context("a stream task")?);
+    }
+    worker.stop().await;
+    let _ = ctx
+        .http
+        .delete(ctx.server.url(&format!("/v1/webhook-endpoints/{endpoint}")))
+        .bearer_auth(api_key(TENANT))
+        .send()
+        .await;
+    let m = result?;
+
+    // Each stream saw each measured alert once.
+    let mut stream_ms = Vec::new();
+    for (i, r) in received.iter().enumerate() {
+        let mut seen: HashMap<u32, usize> = HashMap::new();
+        for &(seq, at) in &r.pushes {
+            let Some(sent) = m.sent.get(&seq) else {
+                continue;
+            };
+            *seen.entry(seq).or_default() += 1;
+            stream_ms.push(at.saturating_duration_since(*sent).as_secs_f64() * 1e3);
+        }
+        anyhow::ensure!(
+            seen.len() == m.sent.len() && seen.values().all(|&n| n == 1),
+            "stream {i} received {} distinct measured alerts of {} ({} duplicates, {} resets)",
+            seen.len(),
+            m.sent.len(),
+            seen.values().filter(|&&n| n > 1).count(),
+            r.resets
+        );
+    }
+    let [w50, w99, w999] = quantiles(&m.webhook_ms);
+    let [s50, s99, s999] = quantiles(&stream_ms);
+    let mut t = Table::new(
+        &format!(
+            "Time to notify at half the maximum alert rate ({RECIPIENTS} recipients per alert, one worker, default poll 1 s)"
+        ),
+        &[
+            "path",
+            "alerts /s (max → offered)",
+            "notifications",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+        ],
+    );
+    let rates = format!("{:.0} → {:.0}", m.max_rate, m.offered_rate);
+    t.row(vec![
+        "POST /v1/alerts → webhook received".into(),
+        rates.clone(),
+        m.webhook_ms.len().to_string(),
+        format!("{w50:.1}"),
+        format!("{w99:.1}"),
+        format!("{w999:.1}"),
+    ]);
+    t.row(vec![
+        "POST /v1/alerts → in-app item on an open stream".into(),
+        rates,
+        stream_ms.len().to_string(),
+        format!("{s50:.1}"),
+        format!("{s99:.1}"),
+        format!("{s999:.1}"),
+    ]);
+    w.tables.push(t);
+    w.figure("max_alerts_per_second", json!(m.max_rate));
+    w.figure("offered_alerts_per_second", json!(m.offered_rate));
+    w.figure(
+        "webhook_ms",
+        json!({"p50": w50, "p99": w99, "p999": w999, "n": m.webhook_ms.len()}),
+    );
+    w.figure(
+        "stream_ms",
+        json!({"p50": s50, "p99": s99, "p999": s999, "n": stream_ms.len()}),
+    );
+    w.aims.push(Aim::below(
+        "time to notify, POST /v1/alerts → webhook received, p99 at half the maximum rate",
+        w99,
+        "ms",
+        AIM_P99_MS,
+    ));
+    w.aims.push(Aim::below(
+        "time to notify, POST /v1/alerts → in-app item on an open stream, p99 at half the maximum rate",
+        s99,
+        "ms",
+        AIM_P99_MS,
+    ));
+    w.notes.push(format!(
+        "Maximum: {} posters in a closed loop for {} s, then the alerts ÷ the time until their last \
+         webhook arrived. Measured: {} s open loop at half that. Time to notify = arrival at the \
+         receiver − when the alert's POST was sent (accept, commit, NOTIFY, claim, send). Every \
+         webhook arrived once; every stream received every alert once.",
+        s.posters,
+        s.probe.as_secs(),
+        s.measure.as_secs()
+    ));
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+struct Measured {
+    max_rate: f64,
+    offered_rate: f64,
+    /// Measured phase: when each alert's POST was sent, by sequence number.
+    sent: HashMap<u32, Instant>,
+    webhook_ms: Vec<f64>,
+}
+
+async fn measure(ctx: &Ctx, s: &Sizes, sink: &Sink) -> anyhow::Result<Measured> {
+    let tag = format!("notify{}", std::process::id());
+
+    // The maximum, closed loop.
+    eprintln!(
+        "  notify: the maximum alert rate ({} posters, closed loop)",
+        s.posters
+    );
+    let next = AtomicU32::new(0);
+    let failed = AtomicBool::new(false);
+    let start = Instant::now();
+    let poster = || async {
+        while start.elapsed() < s.probe {
+            let seq = next.fetch_add(1, Ordering::Relaxed);
+            if !post_alert(ctx, &tag, seq).await {
+                failed.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+    };
+    futures::future::join_all((0..s.posters).map(|_| poster())).await;
+    anyhow::ensure!(!failed.load(Ordering::Relaxed), "an alert post failed");
+    let probed = next.load(Ordering::Relaxed);
+    let arrivals = wait_arrivals(sink, 0..probed, probed as usize * RECIPIENTS).await?;
+    let last = arrivals.iter().map(|a| a.1).max().context("no arrivals")?;
+    let max_rate = probed as f64 / (last - start).as_secs_f64();
+
+    // Half of it, open loop.
+    let per_sec = (max_rate / 2.0).max(1.0);
+    let n = ((per_sec * s.measure.as_secs_f64()) as u32).max(1);
+    eprintln!("  notify: {n} alerts at {per_sec:.0}/s, open loop");
+    let interval = Duration::from_secs_f64(1.0 / per_sec);
+    let start = Instant::now();
+    let one = |k: u32| {
+        let tag = &tag;
+        async move {
+            tokio::time::sleep_until((start + interval * k).into()).await;
+            let seq = MEASURED_FROM + k;
+            let sent = Instant::now();
+            post_alert(ctx, tag, seq).await.then_some((seq, sent))
+        }
+    };
+    let posted: Vec<Option<(u32, Instant)>> = futures::future::join_all((0..n).map(one)).await;
+    let offered_rate = n as f64 / start.elapsed().as_secs_f64();
+    let sent: HashMap<u32, Instant> = posted.iter().flatten().copied().collect();
+    anyhow::ensure!(
+        sent.len() == n as usize,
+        "{} of {n} alert posts failed",
+        n as usize - sent.len()
+    );
+    let range = MEASURED_FROM..MEASURED_FROM + n;
+    let arrivals = wait_arrivals(sink, range.clone(), n as usize * RECIPIENTS).await?;
+    // A moment for a duplicate to show itself, then count each alert's.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut per_alert: HashMap<u32, usize> = HashMap::new();
+    for (seq, _) in sink.arrivals.lock().unwrap().iter() {
+        if range.contains(seq) {
+            *per_alert.entry(*seq).or_default() += 1;
+        }
+    }
+    anyhow::ensure!(
+        per_alert.values().all(|&c| c == RECIPIENTS),
+        "{} alerts did not reach the receiver exactly {RECIPIENTS} times",
+        per_alert.values().filter(|&&c| c != RECIPIENTS).count()
+    );
+    let webhook_ms = arrivals
+        .iter()
+        .map(|(seq, at)| at.saturating_duration_since(sent[seq]).as_secs_f64() * 1e3)
+        .collect();
+    Ok(Measured {
+        max_rate,
+        offered_rate,
+        sent,
+        webhook_ms,
+    })
+}
