@@ -3,7 +3,9 @@
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
 //! record each result as it completes (grouped with the others completed
-//! meanwhile, one statement per group, guarded by the attempt number), repeat.
+//! meanwhile, one statement per group, guarded by the attempt number), and
+//! claim the next batch while this one is on the network (at most two
+//! batches in flight, sharing the loop's `concurrency` permits).
 //! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
@@ -26,7 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
+use futures::{stream::FuturesUnordered, StreamExt};
 use tidings_core::NextAttempt;
 use tokio::{
     sync::{mpsc, watch, Semaphore},
@@ -168,20 +170,38 @@ struct Worker {
     templates: Arc<VersionCache>,
 }
 
+/// Batches a loop has claimed and not finished: the one being sent and the
+/// next, claimed while the first was on the network. More would only hold
+/// leases on deliveries that wait for permits.
+const BATCHES_IN_FLIGHT: usize = 2;
+
 impl Worker {
+    /// Claims, sends and records, overlapping the next claim with the sends
+    /// of the batch before it: a serial loop (claim, send the batch, record,
+    /// claim again) left the network idle during every claim and the
+    /// database idle during every send. The loop's `concurrency` permits are
+    /// shared by its batches in flight, so sends on the network plus results
+    /// not yet recorded stay within `concurrency` however many batches are
+    /// claimed, and that is still what a `kill -9` repeats.
     async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
         let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let batch_shutdown = shutdown.clone();
+        let mut in_flight = FuturesUnordered::new();
         while !shutdown.is_requested() {
+            while in_flight.len() >= BATCHES_IN_FLIGHT {
+                in_flight.next().await;
+            }
             // Notifications from now on wake the wait below, even those that
             // arrive while this claim runs.
             wake.borrow_and_update();
             let claimed_at = Instant::now();
-            let batch = match self.claim(lease_ms).await {
+            let batch = match driving(&mut in_flight, self.claim(lease_ms)).await {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming deliveries failed; backing off");
-                    if shutdown.sleep(backoff.next_pause()).await {
+                    if driving(&mut in_flight, shutdown.sleep(backoff.next_pause())).await {
                         break;
                     }
                     continue;
@@ -189,21 +209,26 @@ impl Worker {
             };
             backoff.reset();
             if batch.is_empty() {
-                tokio::select! {
-                    _ = shutdown.wait() => break,
-                    changed = wake.changed() => {
-                        // The LISTEN task is gone (shutting down): poll instead.
-                        if changed.is_err() {
-                            tokio::time::sleep(self.config.poll).await;
+                let woken = async {
+                    tokio::select! {
+                        _ = shutdown.wait() => {}
+                        changed = wake.changed() => {
+                            // The LISTEN task is gone (shutting down): poll instead.
+                            if changed.is_err() {
+                                tokio::time::sleep(self.config.poll).await;
+                            }
                         }
+                        _ = tokio::time::sleep(self.config.poll) => {}
                     }
-                    _ = tokio::time::sleep(self.config.poll) => {}
-                }
+                };
+                driving(&mut in_flight, woken).await;
                 continue;
             }
-            let batch = self.with_list_categories(batch).await;
-            self.deliver_and_record(batch, claimed_at, &shutdown).await;
+            let batch = driving(&mut in_flight, self.with_list_categories(batch)).await;
+            in_flight.push(self.deliver_and_record(batch, claimed_at, &permits, &batch_shutdown));
         }
+        // Shutting down: what is in flight ends (released or recorded).
+        while in_flight.next().await.is_some() {}
     }
 
     /// Claims a batch and decides its delayed
@@ -278,19 +303,20 @@ impl Worker {
     /// completes, together with whatever else has completed meanwhile (one
     /// statement per group, written while the other sends go on).
     ///
-    /// A send holds one of `concurrency` permits from before it starts until
-    /// its result is recorded, so sends on the network plus results not yet
-    /// recorded are never more than `concurrency`: a worker killed at any
-    /// moment leaves at most that many deliveries that were sent and will be
-    /// sent again when their lease ends. (Recording the batch at its end, as
-    /// before, repeated every send of the batch up to the kill.)
+    /// A send holds one of the loop's `concurrency` permits (shared with
+    /// the other batch in flight) from before it starts until its result is
+    /// recorded, so sends on the network plus results not yet recorded are
+    /// never more than `concurrency`: a worker killed at any moment leaves
+    /// at most that many deliveries that were sent and will be sent again
+    /// when their lease ends. (Recording the batch at its end, as before,
+    /// repeated every send of the batch up to the kill.)
     async fn deliver_and_record(
         &self,
         batch: Vec<ClaimedDelivery>,
         claimed_at: Instant,
+        permits: &Arc<Semaphore>,
         shutdown: &Shutdown,
     ) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         let endpoints = self.endpoints(&batch);
         let mut rendered = self.render_templates(&batch).await;
@@ -599,6 +625,22 @@ impl Worker {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
+        }
+    }
+}
+
+/// Runs `work` while the batches in flight go on: they are futures of this
+/// loop, not tasks, so they progress only while the loop polls them.
+async fn driving<B, W>(in_flight: &mut FuturesUnordered<B>, work: W) -> W::Output
+where
+    B: std::future::Future<Output = ()>,
+    W: std::future::Future,
+{
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
         }
     }
 }
