@@ -31,7 +31,7 @@ use std::{
 use futures::{stream::FuturesUnordered, StreamExt};
 use tidings_core::NextAttempt;
 use tokio::{
-    sync::{mpsc, watch, Semaphore},
+    sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
     task::JoinHandle,
 };
 use uuid::Uuid;
@@ -170,20 +170,38 @@ struct Worker {
     templates: Arc<VersionCache>,
 }
 
-/// Batches a loop has claimed and not finished: the one being sent and the
-/// next, claimed while the first was on the network. More would only hold
-/// leases on deliveries that wait for permits.
+/// Batches a loop has claimed and not finished sending: the one being sent
+/// and the next, claimed while the first was on the network. More would only
+/// hold leases on deliveries that wait for permits.
 const BATCHES_IN_FLIGHT: usize = 2;
+
+/// A result on its way to the loop's recorder: the delivery's completion,
+/// the permit it holds until recorded, and when its batch was claimed.
+type Done = (CompletedDelivery, OwnedSemaphorePermit, Instant);
 
 impl Worker {
     /// Claims, sends and records, overlapping the next claim with the sends
     /// of the batch before it: a serial loop (claim, send the batch, record,
     /// claim again) left the network idle during every claim and the
     /// database idle during every send. The loop's `concurrency` permits are
-    /// shared by its batches in flight, so sends on the network plus results
-    /// not yet recorded stay within `concurrency` however many batches are
-    /// claimed, and that is still what a `kill -9` repeats.
-    async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
+    /// shared by its batches in flight, and one recorder writes the results
+    /// of all of them, grouped as they complete: sends on the network plus
+    /// results not yet recorded stay within `concurrency` however many
+    /// batches are claimed, and that is still what a `kill -9` repeats.
+    async fn run(&self, wake: watch::Receiver<u64>, shutdown: Shutdown) {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let recorder = self.record_as_completed(done_rx, shutdown.clone());
+        // The loop owns the last sender: the recorder ends after it and
+        // after the last result of the batches it started.
+        tokio::join!(self.claim_and_send(wake, shutdown, done_tx), recorder);
+    }
+
+    async fn claim_and_send(
+        &self,
+        mut wake: watch::Receiver<u64>,
+        mut shutdown: Shutdown,
+        done: mpsc::UnboundedSender<Done>,
+    ) {
         let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
@@ -225,9 +243,9 @@ impl Worker {
                 continue;
             }
             let batch = driving(&mut in_flight, self.with_list_categories(batch)).await;
-            in_flight.push(self.deliver_and_record(batch, claimed_at, &permits, &batch_shutdown));
+            in_flight.push(self.send_batch(batch, claimed_at, &permits, &done, &batch_shutdown));
         }
-        // Shutting down: what is in flight ends (released or recorded).
+        // Shutting down: what is in flight ends (released or sent).
         while in_flight.next().await.is_some() {}
     }
 
@@ -299,59 +317,65 @@ impl Worker {
         Some(list.url(delivery.tenant_id, &recipient, category))
     }
 
-    /// Sends a batch with bounded concurrency and records each result as it
-    /// completes, together with whatever else has completed meanwhile (one
-    /// statement per group, written while the other sends go on).
+    /// Sends a batch with bounded concurrency, each result going to the
+    /// loop's recorder as it completes.
     ///
-    /// A send holds one of the loop's `concurrency` permits (shared with
-    /// the other batch in flight) from before it starts until its result is
-    /// recorded, so sends on the network plus results not yet recorded are
-    /// never more than `concurrency`: a worker killed at any moment leaves
-    /// at most that many deliveries that were sent and will be sent again
-    /// when their lease ends. (Recording the batch at its end, as before,
-    /// repeated every send of the batch up to the kill.)
-    async fn deliver_and_record(
+    /// A send holds one of the loop's `concurrency` permits from before it
+    /// starts until its result is recorded, so sends on the network plus
+    /// results not yet recorded are never more than `concurrency`: a worker
+    /// killed at any moment leaves at most that many deliveries that were
+    /// sent and will be sent again when their lease ends. (Recording the
+    /// batch at its end, as before, repeated every send of the batch up to
+    /// the kill.)
+    async fn send_batch(
         &self,
         batch: Vec<ClaimedDelivery>,
         claimed_at: Instant,
         permits: &Arc<Semaphore>,
+        done: &mpsc::UnboundedSender<Done>,
         shutdown: &Shutdown,
     ) {
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         let endpoints = self.endpoints(&batch);
         let mut rendered = self.render_templates(&batch).await;
-        let sends = async move {
-            futures::stream::iter(batch.into_iter().zip(endpoints))
-                .for_each_concurrent(self.config.concurrency, |(delivery, endpoint)| {
-                    let (done_tx, permits) = (done_tx.clone(), permits.clone());
-                    let email = rendered.remove(&(delivery.tenant_id, delivery.id));
-                    async move {
-                        let Ok(permit) = permits.acquire_owned().await else {
-                            return;
-                        };
-                        let done = self
-                            .deliver_one(delivery, endpoint, email, claimed_at, shutdown)
-                            .await;
-                        // The receiver lives until every sender is gone.
-                        let _ = done_tx.send((done, permit));
-                    }
-                })
-                .await;
-            // `done_tx` is dropped here: the recorder ends after the last group.
-        };
-        let recorder = async {
-            while let Some(first) = done_rx.recv().await {
-                let mut group = vec![first];
-                while let Ok(more) = done_rx.try_recv() {
-                    group.push(more);
+        futures::stream::iter(batch.into_iter().zip(endpoints))
+            .for_each_concurrent(self.config.concurrency, |(delivery, endpoint)| {
+                let email = rendered.remove(&(delivery.tenant_id, delivery.id));
+                async move {
+                    let Ok(permit) = permits.clone().acquire_owned().await else {
+                        return;
+                    };
+                    let result = self
+                        .deliver_one(delivery, endpoint, email, claimed_at, shutdown)
+                        .await;
+                    // The recorder lives until every sender is gone.
+                    let _ = done.send((result, permit, claimed_at));
                 }
-                let (results, permits): (Vec<CompletedDelivery>, Vec<_>) =
-                    group.into_iter().unzip();
-                self.record(results, claimed_at, shutdown).await;
-                drop(permits);
+            })
+            .await;
+    }
+
+    /// Records results as they complete, each group with whatever else has
+    /// completed meanwhile (one statement per group, written while the
+    /// sends go on), then releases their permits.
+    async fn record_as_completed(
+        &self,
+        mut done: mpsc::UnboundedReceiver<Done>,
+        shutdown: Shutdown,
+    ) {
+        while let Some(first) = done.recv().await {
+            let mut group = vec![first];
+            while let Ok(more) = done.try_recv() {
+                group.push(more);
             }
-        };
-        tokio::join!(sends, recorder);
+            // The earliest claim's lease bounds how long recording may retry.
+            let claimed_at = group.iter().map(|d| d.2).min().unwrap_or_else(Instant::now);
+            let (results, permits): (Vec<CompletedDelivery>, Vec<_>) = group
+                .into_iter()
+                .map(|(result, permit, _)| (result, permit))
+                .unzip();
+            self.record(results, claimed_at, &shutdown).await;
+            drop(permits);
+        }
     }
 
     /// Sends one delivery (or does not: shutdown, lease too short, out of
