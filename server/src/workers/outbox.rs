@@ -3,9 +3,7 @@
 //! Each loop: claim a batch (one statement, committed at once: a lease and an
 //! attempt), deliver it outside any transaction with bounded concurrency,
 //! record each result as it completes (grouped with the others completed
-//! meanwhile, one statement per group, guarded by the attempt number), and
-//! claim the next batch while this one is on the network (at most two
-//! batches in flight, sharing the loop's `concurrency` permits).
+//! meanwhile, one statement per group, guarded by the attempt number), repeat.
 //! Loops wake on `NotifyChannel::Outbox`, poll as a fallback, and claim again
 //! at once after a non-empty batch. Any number of loops in any number of
 //! processes share the work through `FOR UPDATE SKIP LOCKED`.
@@ -28,10 +26,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{stream::FuturesUnordered, StreamExt};
+use futures::StreamExt;
 use tidings_core::NextAttempt;
 use tokio::{
-    sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
+    sync::{mpsc, watch, Semaphore},
     task::JoinHandle,
 };
 use uuid::Uuid;
@@ -170,56 +168,20 @@ struct Worker {
     templates: Arc<VersionCache>,
 }
 
-/// Batches a loop has claimed and not finished sending: the one being sent
-/// and the next, claimed while the first was on the network. More would only
-/// hold leases on deliveries that wait for permits.
-const BATCHES_IN_FLIGHT: usize = 2;
-
-/// A result on its way to the loop's recorder: the delivery's completion,
-/// the permit it holds until recorded, and when its batch was claimed.
-type Done = (CompletedDelivery, OwnedSemaphorePermit, Instant);
-
 impl Worker {
-    /// Claims, sends and records, overlapping the next claim with the sends
-    /// of the batch before it: a serial loop (claim, send the batch, record,
-    /// claim again) left the network idle during every claim and the
-    /// database idle during every send. The loop's `concurrency` permits are
-    /// shared by its batches in flight, and one recorder writes the results
-    /// of all of them, grouped as they complete: sends on the network plus
-    /// results not yet recorded stay within `concurrency` however many
-    /// batches are claimed, and that is still what a `kill -9` repeats.
-    async fn run(&self, wake: watch::Receiver<u64>, shutdown: Shutdown) {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let recorder = self.record_as_completed(done_rx, shutdown.clone());
-        // The loop owns the last sender: the recorder ends after it and
-        // after the last result of the batches it started.
-        tokio::join!(self.claim_and_send(wake, shutdown, done_tx), recorder);
-    }
-
-    async fn claim_and_send(
-        &self,
-        mut wake: watch::Receiver<u64>,
-        mut shutdown: Shutdown,
-        done: mpsc::UnboundedSender<Done>,
-    ) {
+    async fn run(&self, mut wake: watch::Receiver<u64>, mut shutdown: Shutdown) {
         let mut backoff = Backoff::default();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
-        let permits = Arc::new(Semaphore::new(self.config.concurrency));
-        let batch_shutdown = shutdown.clone();
-        let mut in_flight = FuturesUnordered::new();
         while !shutdown.is_requested() {
-            while in_flight.len() >= BATCHES_IN_FLIGHT {
-                in_flight.next().await;
-            }
             // Notifications from now on wake the wait below, even those that
             // arrive while this claim runs.
             wake.borrow_and_update();
             let claimed_at = Instant::now();
-            let batch = match driving(&mut in_flight, self.claim(lease_ms)).await {
+            let batch = match self.claim(lease_ms).await {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming deliveries failed; backing off");
-                    if driving(&mut in_flight, shutdown.sleep(backoff.next_pause())).await {
+                    if shutdown.sleep(backoff.next_pause()).await {
                         break;
                     }
                     continue;
@@ -227,26 +189,21 @@ impl Worker {
             };
             backoff.reset();
             if batch.is_empty() {
-                let woken = async {
-                    tokio::select! {
-                        _ = shutdown.wait() => {}
-                        changed = wake.changed() => {
-                            // The LISTEN task is gone (shutting down): poll instead.
-                            if changed.is_err() {
-                                tokio::time::sleep(self.config.poll).await;
-                            }
+                tokio::select! {
+                    _ = shutdown.wait() => break,
+                    changed = wake.changed() => {
+                        // The LISTEN task is gone (shutting down): poll instead.
+                        if changed.is_err() {
+                            tokio::time::sleep(self.config.poll).await;
                         }
-                        _ = tokio::time::sleep(self.config.poll) => {}
                     }
-                };
-                driving(&mut in_flight, woken).await;
+                    _ = tokio::time::sleep(self.config.poll) => {}
+                }
                 continue;
             }
-            let batch = driving(&mut in_flight, self.with_list_categories(batch)).await;
-            in_flight.push(self.send_batch(batch, claimed_at, &permits, &done, &batch_shutdown));
+            let batch = self.with_list_categories(batch).await;
+            self.deliver_and_record(batch, claimed_at, &shutdown).await;
         }
-        // Shutting down: what is in flight ends (released or sent).
-        while in_flight.next().await.is_some() {}
     }
 
     /// Claims a batch and decides its delayed
@@ -317,65 +274,58 @@ impl Worker {
         Some(list.url(delivery.tenant_id, &recipient, category))
     }
 
-    /// Sends a batch with bounded concurrency, each result going to the
-    /// loop's recorder as it completes.
+    /// Sends a batch with bounded concurrency and records each result as it
+    /// completes, together with whatever else has completed meanwhile (one
+    /// statement per group, written while the other sends go on).
     ///
-    /// A send holds one of the loop's `concurrency` permits from before it
-    /// starts until its result is recorded, so sends on the network plus
-    /// results not yet recorded are never more than `concurrency`: a worker
-    /// killed at any moment leaves at most that many deliveries that were
-    /// sent and will be sent again when their lease ends. (Recording the
-    /// batch at its end, as before, repeated every send of the batch up to
-    /// the kill.)
-    async fn send_batch(
+    /// A send holds one of `concurrency` permits from before it starts until
+    /// its result is recorded, so sends on the network plus results not yet
+    /// recorded are never more than `concurrency`: a worker killed at any
+    /// moment leaves at most that many deliveries that were sent and will be
+    /// sent again when their lease ends. (Recording the batch at its end, as
+    /// before, repeated every send of the batch up to the kill.)
+    async fn deliver_and_record(
         &self,
         batch: Vec<ClaimedDelivery>,
         claimed_at: Instant,
-        permits: &Arc<Semaphore>,
-        done: &mpsc::UnboundedSender<Done>,
         shutdown: &Shutdown,
     ) {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         let endpoints = self.endpoints(&batch);
         let mut rendered = self.render_templates(&batch).await;
-        futures::stream::iter(batch.into_iter().zip(endpoints))
-            .for_each_concurrent(self.config.concurrency, |(delivery, endpoint)| {
-                let email = rendered.remove(&(delivery.tenant_id, delivery.id));
-                async move {
-                    let Ok(permit) = permits.clone().acquire_owned().await else {
-                        return;
-                    };
-                    let result = self
-                        .deliver_one(delivery, endpoint, email, claimed_at, shutdown)
-                        .await;
-                    // The recorder lives until every sender is gone.
-                    let _ = done.send((result, permit, claimed_at));
+        let sends = async move {
+            futures::stream::iter(batch.into_iter().zip(endpoints))
+                .for_each_concurrent(self.config.concurrency, |(delivery, endpoint)| {
+                    let (done_tx, permits) = (done_tx.clone(), permits.clone());
+                    let email = rendered.remove(&(delivery.tenant_id, delivery.id));
+                    async move {
+                        let Ok(permit) = permits.acquire_owned().await else {
+                            return;
+                        };
+                        let done = self
+                            .deliver_one(delivery, endpoint, email, claimed_at, shutdown)
+                            .await;
+                        // The receiver lives until every sender is gone.
+                        let _ = done_tx.send((done, permit));
+                    }
+                })
+                .await;
+            // `done_tx` is dropped here: the recorder ends after the last group.
+        };
+        let recorder = async {
+            while let Some(first) = done_rx.recv().await {
+                let mut group = vec![first];
+                while let Ok(more) = done_rx.try_recv() {
+                    group.push(more);
                 }
-            })
-            .await;
-    }
-
-    /// Records results as they complete, each group with whatever else has
-    /// completed meanwhile (one statement per group, written while the
-    /// sends go on), then releases their permits.
-    async fn record_as_completed(
-        &self,
-        mut done: mpsc::UnboundedReceiver<Done>,
-        shutdown: Shutdown,
-    ) {
-        while let Some(first) = done.recv().await {
-            let mut group = vec![first];
-            while let Ok(more) = done.try_recv() {
-                group.push(more);
+                let (results, permits): (Vec<CompletedDelivery>, Vec<_>) =
+                    group.into_iter().unzip();
+                self.record(results, claimed_at, shutdown).await;
+                drop(permits);
             }
-            // The earliest claim's lease bounds how long recording may retry.
-            let claimed_at = group.iter().map(|d| d.2).min().unwrap_or_else(Instant::now);
-            let (results, permits): (Vec<CompletedDelivery>, Vec<_>) = group
-                .into_iter()
-                .map(|(result, permit, _)| (result, permit))
-                .unzip();
-            self.record(results, claimed_at, &shutdown).await;
-            drop(permits);
-        }
+        };
+        tokio::join!(sends, recorder);
     }
 
     /// Sends one delivery (or does not: shutdown, lease too short, out of
@@ -649,22 +599,6 @@ impl Worker {
                     tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
-        }
-    }
-}
-
-/// Runs `work` while the batches in flight go on: they are futures of this
-/// loop, not tasks, so they progress only while the loop polls them.
-async fn driving<B, W>(in_flight: &mut FuturesUnordered<B>, work: W) -> W::Output
-where
-    B: std::future::Future<Output = ()>,
-    W: std::future::Future,
-{
-    tokio::pin!(work);
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
         }
     }
 }
