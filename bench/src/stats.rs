@@ -72,6 +72,31 @@ pub fn percentile(samples: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The tail of a set of latency samples, in ms (`None` without samples).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+impl Latency {
+    pub fn of(samples: &[f64]) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Latency {
+            p50_ms: Some(percentile(&sorted, 50.0)),
+            p99_ms: Some(percentile(&sorted, 99.0)),
+            p999_ms: Some(percentile(&sorted, 99.9)),
+            max_ms: sorted.last().copied(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,7 +49,7 @@ use crate::{
     report::{Aim, Table, WorkloadResult},
     seed::{api_key, tenant_uuid},
     server::{Launch, Tidings},
-    stats::percentile,
+    stats::Latency,
 };
 
 /// The bench tenant of this workload (its id, API key and signing secret
@@ -315,30 +315,6 @@ async fn seed_tenant(ctx: &Ctx, max: usize) -> anyhow::Result<()> {
     .await
     .context("inserting the stream users' memberships")?;
     Ok(())
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-struct Latency {
-    p50_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    p999_ms: Option<f64>,
-    max_ms: Option<f64>,
-}
-
-impl Latency {
-    fn of(samples: &[f64]) -> Latency {
-        if samples.is_empty() {
-            return Latency::default();
-        }
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        Latency {
-            p50_ms: Some(percentile(&sorted, 50.0)),
-            p99_ms: Some(percentile(&sorted, 99.0)),
-            p999_ms: Some(percentile(&sorted, 99.9)),
-            max_ms: sorted.last().copied(),
-        }
-    }
 }
 
 /// What one window cost the server and the database.
