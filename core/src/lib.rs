@@ -39,6 +39,7 @@ pub use preferences::{
 };
 pub use retry::{NextAttempt, RetrySchedule};
 pub use watermark::{
-    advance, classify, decide_fallback, unread_count, BadgeCount, Fallback, ItemState, ReadSet,
-    Unless, WatermarkError, Watermarks, BADGE_CAP, MAX_INDIVIDUAL_READS,
+    advance, classify, decide_digest, decide_fallback, unread_count, BadgeCount, DigestContent,
+    Fallback, ItemState, ReadSet, Unless, WatermarkError, Watermarks, BADGE_CAP,
+    MAX_INDIVIDUAL_READS,
 };

@@ -220,6 +220,43 @@ pub fn decide_fallback(
     }
 }
 
+/// What a digest's flush decided: the items the email holds, in feed order
+/// (newest first), or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DigestContent {
+    /// Indexes into the items given, of those still unread (unseen).
+    Send(Vec<usize>),
+    /// Every item was read (`SkipRead`) or seen (`SkipSeen`, when some was
+    /// seen and not read) before the flush.
+    Empty(Fallback),
+}
+
+/// The content of a digest at its flush: each item is kept when
+/// [`decide_fallback`] would send it, decided against the same watermarks
+/// and one-by-one reads, read under the user's lock. `items`: each item's
+/// position and whether it was read one by one.
+pub fn decide_digest(
+    items: &[(Position, bool)],
+    unless: Unless,
+    marks: &Watermarks,
+) -> DigestContent {
+    let mut keep = Vec::new();
+    let mut any_seen_only = false;
+    for (index, &(item, one_by_one)) in items.iter().enumerate() {
+        match decide_fallback(item, unless, marks, one_by_one) {
+            Fallback::Send => keep.push(index),
+            Fallback::SkipSeen => any_seen_only = true,
+            Fallback::SkipRead => {}
+        }
+    }
+    keep.sort_by(|&a, &b| items[b].0.cmp(&items[a].0));
+    match keep.is_empty() {
+        false => DigestContent::Send(keep),
+        true if any_seen_only => DigestContent::Empty(Fallback::SkipSeen),
+        true => DigestContent::Empty(Fallback::SkipRead),
+    }
+}
+
 fn item_state(item: Position, marks: &Watermarks, read_one_by_one: bool) -> ItemState {
     let read = item <= marks.read || read_one_by_one;
     ItemState {
@@ -564,5 +601,44 @@ mod tests {
             let kept: Vec<Position> = read.iter().copied().filter(|&q| q > mark).collect();
             prop_assert_eq!(set.iter().collect::<Vec<_>>(), kept);
         }
+    }
+
+    #[test]
+    fn a_digest_keeps_the_unread_items_newest_first_and_says_why_it_is_empty() {
+        let p = |tx, id| Position::new(tx, id);
+        let marks = Watermarks {
+            seen: p(20, 1),
+            read: p(10, 1),
+        };
+        let items = [
+            (p(5, 1), false),
+            (p(30, 1), false),
+            (p(15, 1), false),
+            (p(40, 1), true),
+        ];
+        // Read: 5 (below the read mark) and 40 (one by one); 15 is only seen.
+        assert_eq!(
+            decide_digest(&items, Unless::Read, &marks),
+            DigestContent::Send(vec![1, 2])
+        );
+        assert_eq!(
+            decide_digest(&items, Unless::Seen, &marks),
+            DigestContent::Send(vec![1])
+        );
+        let read = [(p(5, 1), false), (p(40, 1), true)];
+        assert_eq!(
+            decide_digest(&read, Unless::Seen, &marks),
+            DigestContent::Empty(Fallback::SkipRead)
+        );
+        let seen = [(p(5, 1), false), (p(15, 1), false)];
+        assert_eq!(
+            decide_digest(&seen, Unless::Seen, &marks),
+            DigestContent::Empty(Fallback::SkipSeen)
+        );
+        // No watermarks yet (the user never opened the app): all unread.
+        assert_eq!(
+            decide_digest(&seen, Unless::Read, &Watermarks::default()),
+            DigestContent::Send(vec![1, 0])
+        );
     }
 }

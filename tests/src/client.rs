@@ -581,6 +581,12 @@ impl<'a> TenantApi<'a> {
         self.0.call(Method::GET, format!("/v1/users/{user_id}"))
     }
 
+    /// `users.digests.list`
+    pub fn list_user_digests(&self, user_id: impl Display) -> Call<'a> {
+        self.0
+            .call(Method::GET, format!("/v1/users/{user_id}/digests"))
+    }
+
     /// `users.delete`
     pub fn delete_user(&self, user_id: impl Display) -> Call<'a, ()> {
         self.0.call(Method::DELETE, format!("/v1/users/{user_id}"))

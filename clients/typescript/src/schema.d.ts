@@ -589,6 +589,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{user_id}/digests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a user's digests.
+         * @description In id order, a page at a time: what each digest collected, what its
+         *     flush decided, against which watermark, and why no email was sent.
+         */
+        get: operations["users.digests.list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/deliveries/{id}/retry": {
         parameters: {
             query?: never;
@@ -1129,12 +1150,17 @@ export interface components {
          *     alert is not `unless` by then. Decided when the delivery is claimed,
          *     ordered with every read of that user: a read (on any device, one by one
          *     or "mark all") committed before the decision skips it.
+         *
+         *     Or, for email, `digest`: collect the recipient's emails of the event type
+         *     into one, sent when the window ends (not with `delay`).
          */
         ChannelRuleIn: {
             /** @description A whole number and a unit: `30s`, `15m`, `2h`, `1d` (1 s to 7 d). */
-            delay: string;
-            /** @description `read` or `seen`. */
-            unless: string;
+            delay?: string | null;
+            /** @description `read` or `seen`; required with `delay`. */
+            unless?: string | null;
+            /** @description Email only. */
+            digest?: components["schemas"]["DigestRuleIn"] | (never | null);
         };
         /**
          * @description A channel, or `*` for every channel.
@@ -1245,6 +1271,96 @@ export interface components {
         };
         /** @enum {string} */
         DeliveryStatus: "pending" | "sending" | "sent" | "retrying" | "dead" | "skipped";
+        /**
+         * DigestOut
+         * @description A digest: a recipient's emails of one event type (and key) collected over
+         *     a window into one email (`delivery.email.digest`).
+         */
+        DigestOut: {
+            /** Format: int64 */
+            id: number;
+            /** @description The event type, then `/` and the rule's key when it has one. */
+            key: string;
+            /**
+             * @description `open` (collecting), `decided` (to be sent), `sent`, `empty` (every
+             *     item was read or seen before the flush: no email), `skipped` (the
+             *     recipient turned email off, or has no address) or `dead`.
+             */
+            status: string;
+            /** Format: date-time */
+            window_start: string;
+            /**
+             * Format: date-time
+             * @description When the window ends and the digest is flushed.
+             */
+            flush_at: string;
+            /**
+             * Format: int32
+             * @description Items collected.
+             */
+            items: number;
+            /**
+             * Format: int32
+             * @description Items the email holds: those still unread (unseen) at the flush.
+             */
+            sent_items: number | null;
+            /** @description `read` or `seen`, when items read (seen) before the flush are left out. */
+            unless: string | null;
+            /** Format: date-time */
+            decided_at: string | null;
+            /** @description The watermark the flush decided against, as a feed cursor. */
+            decided_watermark: string | null;
+            /**
+             * @description Why no email (`read`, `seen`, a preference, no address), or the last
+             *     sending error.
+             */
+            reason: string | null;
+            /** Format: date-time */
+            sent_at: string | null;
+            /** Format: int32 */
+            attempts: number;
+            /** @description The email's Message-ID: the same on every attempt. */
+            message_id: string;
+        };
+        /** DigestPage */
+        DigestPage: {
+            data: components["schemas"]["DigestOut"][];
+            /** @description Pass as `cursor` for the next page; absent when there is none. */
+            next_cursor: string | null;
+        };
+        /**
+         * DigestRuleIn
+         * @description Collect the recipient's emails of this event type (and `key`) from the
+         *     first one for `window` into one email, sent when the window ends. At the
+         *     flush, items already `unless` (read or seen, on any device) are left out,
+         *     decided under the same lock as every read of that user; when none is
+         *     left no email is sent, and the digest says why
+         *     (`GET /v1/users/{user_id}/digests`). The email lists the newest
+         *     `max_items` and states the total count. Critical categories are never
+         *     digested.
+         */
+        DigestRuleIn: {
+            /**
+             * @description A whole number and a unit: `30s`, `15m`, `2h`, `1d` (1 s to 7 d),
+             *     counted from the digest's first item.
+             */
+            window: string;
+            /**
+             * Format: uint32
+             * @description Items listed in the email, 1 to 500 (default 50).
+             */
+            max_items?: number | null;
+            /**
+             * @description `read` or `seen`: leave out items read (seen) before the flush.
+             *     Absent: list every item collected.
+             */
+            unless?: string | null;
+            /**
+             * @description A template over the alert (`{{ payload.project }}`): one digest per
+             *     distinct value.
+             */
+            key?: string | null;
+        };
         /**
          * EventBatchIn
          * @description Up to 1,000 events stored in one transaction: all or none, visible together.
@@ -4558,6 +4674,89 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeliveryPage"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "users.digests.list": {
+        parameters: {
+            query?: {
+                /** @description `next_cursor` of the previous page (opaque). */
+                cursor?: string;
+                /** @description 1–100, default 50. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The user, as the tenant names them. */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `DigestPage`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DigestPage"];
                 };
             };
             /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */

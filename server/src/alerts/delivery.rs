@@ -49,16 +49,20 @@ impl ChannelRule {
         Ok(ChannelRule { delay_secs, unless })
     }
 
-    /// The delay as written back (the largest unit that divides it).
+    /// The delay as written back.
     pub fn delay_text(&self) -> String {
-        let s = self.delay_secs;
-        for (unit, secs) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-            if s.is_multiple_of(secs) {
-                return format!("{}{unit}", s / secs);
-            }
-        }
-        format!("{s}s")
+        duration_text(self.delay_secs)
     }
+}
+
+/// A duration as written back: the largest unit that divides it.
+fn duration_text(s: u32) -> String {
+    for (unit, secs) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+        if s.is_multiple_of(secs) {
+            return format!("{}{unit}", s / secs);
+        }
+    }
+    format!("{s}s")
 }
 
 fn parse_delay(text: &str) -> Option<u32> {
@@ -78,19 +82,112 @@ fn parse_delay(text: &str) -> Option<u32> {
     (1..=MAX_DELAY_SECS).contains(&secs).then_some(secs)
 }
 
+/// The most items a digest email lists (it states the total count of all).
+pub const MAX_DIGEST_ITEMS: u32 = 500;
+
+/// An email digest: the recipient's emails of the event type (and `key`)
+/// collected from the first one for `window_secs` into one email, listing at
+/// most `max_items` of those still not `unless` at the flush
+/// (`deliveries::digests`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestRule {
+    pub window_secs: u32,
+    pub max_items: u32,
+    /// `None`: every item collected is listed, read or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unless: Option<Unless>,
+    /// A template over the alert (`{{ payload.project }}`) whose output
+    /// splits the event type's digests: one per distinct value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl DigestRule {
+    /// A digest rule from its fields as sent; `field` names it in the error
+    /// (`delivery.email.digest`).
+    pub fn parse(
+        field: &str,
+        window: &str,
+        max_items: Option<u32>,
+        unless: Option<&str>,
+        key: Option<&str>,
+    ) -> Result<DigestRule, InvalidRules> {
+        let window_secs = parse_delay(window).ok_or_else(|| {
+            InvalidRules(format!(
+                "{field}.window must be a whole number of s, m, h or d (e.g. 1h), between 1s and 7d; got {window:?}"
+            ))
+        })?;
+        let max_items = max_items.unwrap_or(50);
+        if !(1..=MAX_DIGEST_ITEMS).contains(&max_items) {
+            return Err(InvalidRules(format!(
+                "{field}.max_items must be between 1 and {MAX_DIGEST_ITEMS}; got {max_items}"
+            )));
+        }
+        let unless = unless
+            .map(|u| {
+                Unless::parse(u).ok_or_else(|| {
+                    InvalidRules(format!("{field}.unless must be read or seen; got {u:?}"))
+                })
+            })
+            .transpose()?;
+        if let Some(key) = key {
+            crate::alerts::templates::engine::check(
+                crate::alerts::templates::engine::Part::Subject,
+                key,
+            )
+            .map_err(|err| InvalidRules(format!("{field}.key is not a valid template: {err}")))?;
+        }
+        Ok(DigestRule {
+            window_secs,
+            max_items,
+            unless,
+            key: key.map(str::to_owned),
+        })
+    }
+
+    pub fn window_text(&self) -> String {
+        duration_text(self.window_secs)
+    }
+
+    /// The digest key of an alert of `event_type` with `payload`: the event
+    /// type, then `/` and the rule's key rendered over the alert. A key that
+    /// fails to render (a field the payload lacks is empty, not an error)
+    /// falls back to the event type alone: the email is digested all the same.
+    pub fn digest_key(&self, event_type: &str, payload: &Value) -> String {
+        let Some(key) = &self.key else {
+            return event_type.to_owned();
+        };
+        let context = minijinja::Value::from(minijinja::value::Serde(serde_json::json!({
+            "payload": payload,
+            "event_type": event_type,
+        })));
+        match crate::alerts::templates::engine::render(
+            crate::alerts::templates::engine::Part::Subject,
+            key,
+            &context,
+        ) {
+            Ok(rendered) => format!("{event_type}/{}", rendered.output.trim()),
+            Err(_) => event_type.to_owned(),
+        }
+    }
+}
+
 /// The rules of the channels that can wait. In-app has none: it is
-/// delivered at once, and is what the others wait on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// delivered at once, and is what the others wait on. Email is delayed or
+/// digested, not both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeliveryRules {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<ChannelRule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<ChannelRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email_digest: Option<DigestRule>,
 }
 
 impl DeliveryRules {
     pub fn is_empty(&self) -> bool {
-        self.email.is_none() && self.webhook.is_none()
+        self.email.is_none() && self.webhook.is_none() && self.email_digest.is_none()
     }
 
     pub fn for_channel(&self, channel: Channel) -> Option<ChannelRule> {
@@ -101,11 +198,30 @@ impl DeliveryRules {
         }
     }
 
-    /// These rules, each channel without one taking `defaults`'.
+    /// These rules, each channel without one taking `defaults`'. An email
+    /// rule of either kind (delay or digest) is the email's rule.
     pub fn over(self, defaults: DeliveryRules) -> DeliveryRules {
+        let own_email = self.email.is_some() || self.email_digest.is_some();
         DeliveryRules {
-            email: self.email.or(defaults.email),
+            email: if own_email {
+                self.email
+            } else {
+                defaults.email
+            },
+            email_digest: if own_email {
+                self.email_digest
+            } else {
+                defaults.email_digest
+            },
             webhook: self.webhook.or(defaults.webhook),
+        }
+    }
+
+    /// The digest a channel's deliveries go to, if any.
+    pub fn digest_for(&self, channel: Channel) -> Option<&DigestRule> {
+        match channel {
+            Channel::Email => self.email_digest.as_ref(),
+            _ => None,
         }
     }
 
@@ -144,10 +260,10 @@ pub async fn rules_for_alert(
         return Ok(DeliveryRules::default());
     }
     let defaults = event_type_rules(conn, tenant, event_type).await?;
+    let has_email = channels.contains(&Channel::Email);
     Ok(own.over(DeliveryRules {
-        email: defaults
-            .email
-            .filter(|_| channels.contains(&Channel::Email)),
+        email: defaults.email.filter(|_| has_email),
+        email_digest: defaults.email_digest.filter(|_| has_email),
         webhook: defaults
             .webhook
             .filter(|_| channels.contains(&Channel::Webhook)),
@@ -236,6 +352,41 @@ mod tests {
     }
 
     #[test]
+    fn a_digest_rule_checks_its_fields_and_renders_its_key() {
+        let rule = DigestRule::parse(
+            "delivery.email.digest",
+            "1h",
+            Some(20),
+            None,
+            Some("{{ payload.project }}"),
+        )
+        .expect("valid");
+        assert_eq!(
+            (rule.window_secs, rule.max_items, rule.unless),
+            (3_600, 20, None)
+        );
+        assert_eq!(
+            rule.digest_key("comment.created", &serde_json::json!({"project": "apollo"})),
+            "comment.created/apollo"
+        );
+        assert_eq!(rule.window_text(), "1h");
+        let plain = DigestRule::parse("d", "15m", None, Some("seen"), None).expect("valid");
+        assert_eq!((plain.max_items, plain.unless), (50, Some(Unless::Seen)));
+        assert_eq!(plain.digest_key("x", &serde_json::json!({})), "x");
+        for (window, max, unless, key, field) in [
+            ("soon", None, None, None, "d.window "),
+            ("8d", None, None, None, "d.window "),
+            ("1h", Some(0), None, None, "d.max_items "),
+            ("1h", Some(501), None, None, "d.max_items "),
+            ("1h", None, Some("opened"), None, "d.unless "),
+            ("1h", None, None, Some("{{ payload.x | nope }}"), "d.key "),
+        ] {
+            let err = DigestRule::parse("d", window, max, unless, key).unwrap_err();
+            assert!(err.0.starts_with(field), "{err}");
+        }
+    }
+
+    #[test]
     fn a_rule_names_its_bad_field() {
         assert_eq!(
             ChannelRule::parse("delivery.email", "15m", "read"),
@@ -261,16 +412,30 @@ mod tests {
         let rule = |delay_secs, unless| ChannelRule { delay_secs, unless };
         let own = DeliveryRules {
             email: Some(rule(60, Unless::Seen)),
-            webhook: None,
+            ..DeliveryRules::default()
         };
         let defaults = DeliveryRules {
             email: Some(rule(900, Unless::Read)),
             webhook: Some(rule(3_600, Unless::Read)),
+            ..DeliveryRules::default()
         };
-        let effective = own.over(defaults);
+        let effective = own.over(defaults.clone());
         assert_eq!(effective.email, Some(rule(60, Unless::Seen)));
         assert_eq!(effective.webhook, Some(rule(3_600, Unless::Read)));
         assert_eq!(effective.for_channel(Channel::InApp), None);
+        assert_eq!(
+            DeliveryRules::from_stored(Some(effective.to_json())),
+            effective
+        );
+        // A digest set by the alert replaces the event type's delayed email.
+        let digest = DigestRule::parse("d", "1h", None, Some("read"), None).expect("valid");
+        let own_digest = DeliveryRules {
+            email_digest: Some(digest.clone()),
+            ..DeliveryRules::default()
+        };
+        let effective = own_digest.over(defaults.clone());
+        assert_eq!(effective.email, None);
+        assert_eq!(effective.email_digest, Some(digest.clone()));
         assert_eq!(
             DeliveryRules::from_stored(Some(effective.to_json())),
             effective

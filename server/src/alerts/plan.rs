@@ -25,6 +25,9 @@ use crate::{
 
 pub const NO_EMAIL: &str = "recipient has no email address";
 pub const NO_ENDPOINT: &str = "no webhook endpoint is subscribed to this event type";
+/// The reason of an email collected into a digest: the alert's own email
+/// is not sent; the digest's is (`deliveries::digests`).
+pub const DIGESTED: &str = "collected into a digest";
 
 /// The recipients' resolved preference settings, per (recipient, channel):
 /// only those that are not `on` need be present
@@ -84,6 +87,9 @@ pub struct PlannedDelivery {
     /// the recipient's in-app item of this alert is not read (or seen) by
     /// then (`deliveries::fallback`).
     pub wait: Option<ChannelRule>,
+    /// Collected into the recipient's open digest (`status` is `skipped`
+    /// with reason [`DIGESTED`]).
+    pub digested: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +205,7 @@ pub fn plan_fanout(
             } else {
                 None
             },
+            digested: reason == Some(DIGESTED),
         };
         let off = if settings.is_empty() {
             None
@@ -223,6 +230,13 @@ pub fn plan_fanout(
                     .push(delivery(None, DeliveryStatus::Sent, None));
                 plan.inbox_items
                     .push((n.recipient_id.clone(), n.key.clone()));
+                NotificationStatus::Created
+            }
+            Channel::Email
+                if with_email.contains(&n.recipient_id) && rules.email_digest.is_some() =>
+            {
+                plan.deliveries
+                    .push(delivery(None, DeliveryStatus::Skipped, Some(DIGESTED)));
                 NotificationStatus::Created
             }
             Channel::Email if with_email.contains(&n.recipient_id) => {
@@ -582,7 +596,7 @@ mod tests {
         };
         let rules = DeliveryRules {
             email: Some(rule),
-            webhook: None,
+            ..DeliveryRules::default()
         };
         let endpoint = Uuid::from_u128(7);
         let plan = plan_fanout(
@@ -616,5 +630,51 @@ mod tests {
                 ("bob".into(), Webhook, Pending, false),
             ]
         );
+    }
+
+    #[test]
+    fn a_digested_email_is_skipped_as_collected_and_wakes_nobody() {
+        let notes = notes(&["ann", "bob"], &[InApp, Email]);
+        let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
+        let with_email: HashSet<UserId> = [user("ann")].into_iter().collect();
+        let rules = DeliveryRules {
+            email_digest: Some(
+                crate::alerts::delivery::DigestRule::parse("d", "1h", None, Some("read"), None)
+                    .expect("valid"),
+            ),
+            ..DeliveryRules::default()
+        };
+        let plan = plan_fanout(
+            &notes,
+            &new_keys,
+            &with_email,
+            &[],
+            &Settings::new(),
+            &rules,
+        );
+        let rows: Vec<(String, Channel, DeliveryStatus, Option<&str>, bool)> = plan
+            .deliveries
+            .iter()
+            .map(|d| {
+                (
+                    d.recipient_id.to_string(),
+                    d.channel,
+                    d.status,
+                    d.reason,
+                    d.digested,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("ann".into(), Email, SkippedRow, Some(DIGESTED), true),
+                ("ann".into(), InApp, Sent, None, false),
+                ("bob".into(), Email, SkippedRow, Some(NO_EMAIL), false),
+                ("bob".into(), InApp, Sent, None, false),
+            ]
+        );
+        assert_eq!(plan.statuses, vec![Created, Created, Created, Skipped]);
+        assert!(!plan.wake_outbox);
     }
 }

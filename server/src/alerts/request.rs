@@ -73,7 +73,7 @@ impl AlertRequest {
     /// `in_app` too.
     pub fn with_delivery(mut self, rules: DeliveryRules) -> Result<Self, InvalidAlert> {
         for channel in [Channel::Email, Channel::Webhook] {
-            if rules.for_channel(channel).is_none() {
+            if rules.for_channel(channel).is_none() && rules.digest_for(channel).is_none() {
                 continue;
             }
             if !self.channels.contains(&channel) {

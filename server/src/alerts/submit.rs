@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{PgConnection, Postgres, Transaction};
 use tidings_core::{
-    decide, stable_lock_key, Channel, EntityId, EventType, FanoutThresholds, SendKind, Strategy,
-    TeamId, UserId,
+    decide, stable_lock_key, Channel, EntityId, EventType, FanoutThresholds, Position, SendKind,
+    Strategy, TeamId, UserId,
 };
 use uuid::Uuid;
 
@@ -227,9 +227,10 @@ pub(super) async fn fan_out(
         subject: target.subject,
         payload: target.payload,
     };
-    if plan.deliveries.iter().any(|d| d.wait.is_some()) {
-        // Delayed deliveries follow the in-app item's position, so the items
-        // are written first.
+    let digested = plan.deliveries.iter().any(|d| d.digested);
+    if digested || plan.deliveries.iter().any(|d| d.wait.is_some()) {
+        // Delayed and digested deliveries follow the in-app item's position,
+        // so the items are written first.
         let positions: HashMap<String, (i64, i64)> =
             alert_store::insert_inbox_items_returning_positions(
                 &mut *conn,
@@ -264,6 +265,27 @@ pub(super) async fn fan_out(
             email_template,
         )
         .await?;
+        if let Some(rule) = target.rules.email_digest.as_ref().filter(|_| digested) {
+            let items: Vec<(String, Position)> = plan
+                .deliveries
+                .iter()
+                .filter(|d| d.digested)
+                .filter_map(|d| {
+                    let (tx, id) = positions.get(d.recipient_id.as_str()).copied()?;
+                    Some((d.recipient_id.to_string(), Position::new(tx, id)))
+                })
+                .collect();
+            crate::deliveries::digests::append(
+                &mut *conn,
+                target.tenant,
+                target.alert_id,
+                target.event_type,
+                target.payload,
+                rule,
+                items,
+            )
+            .await?;
+        }
     } else {
         match email_template {
             None => {
@@ -454,7 +476,7 @@ pub(super) async fn create_alert(
         &mut *conn,
         tenant,
         &alert.event_type,
-        alert.delivery,
+        alert.delivery.clone(),
         &alert.channels,
         category.as_ref(),
     )

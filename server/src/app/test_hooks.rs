@@ -37,6 +37,17 @@ pub fn decision_pause() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
+/// `TIDINGS_TEST_DIGEST_SEND_PAUSE_MS=<ms>`: the digest flush pauses that
+/// long after its decision committed and before the email is sent, so the
+/// crash test can kill the process in between.
+pub const DIGEST_SEND_PAUSE_MS: &str = "TIDINGS_TEST_DIGEST_SEND_PAUSE_MS";
+
+/// The pause [`DIGEST_SEND_PAUSE_MS`] asks for, if any.
+pub fn digest_send_pause() -> Option<std::time::Duration> {
+    let ms: u64 = std::env::var(DIGEST_SEND_PAUSE_MS).ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
+
 /// Panics when [`PANIC_ON`] is set and `payload` contains its marker.
 pub fn panic_if_poisoned(payload: &[u8]) {
     let Ok(marker) = std::env::var(PANIC_ON) else {

@@ -2,6 +2,7 @@
 //! by status, and the re-queue of one that failed. The workers that drain the
 //! outbox are `crate::workers::outbox`; the SQL is `store::deliveries`.
 
+pub mod digests;
 pub mod fallback;
 pub mod webhook_endpoints;
 

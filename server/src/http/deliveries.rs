@@ -103,6 +103,51 @@ pub enum DeliveryPageResponse {
     Ok(Json<DeliveryPage>),
 }
 
+/// A digest: a recipient's emails of one event type (and key) collected over
+/// a window into one email (`delivery.email.digest`).
+#[derive(Debug, Object)]
+pub struct DigestOut {
+    pub id: i64,
+    /// The event type, then `/` and the rule's key when it has one.
+    pub key: String,
+    /// `open` (collecting), `decided` (to be sent), `sent`, `empty` (every
+    /// item was read or seen before the flush: no email), `skipped` (the
+    /// recipient turned email off, or has no address) or `dead`.
+    pub status: String,
+    pub window_start: DateTime<Utc>,
+    /// When the window ends and the digest is flushed.
+    pub flush_at: DateTime<Utc>,
+    /// Items collected.
+    pub items: i32,
+    /// Items the email holds: those still unread (unseen) at the flush.
+    pub sent_items: Option<i32>,
+    /// `read` or `seen`, when items read (seen) before the flush are left out.
+    pub unless: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    /// The watermark the flush decided against, as a feed cursor.
+    pub decided_watermark: Option<String>,
+    /// Why no email (`read`, `seen`, a preference, no address), or the last
+    /// sending error.
+    pub reason: Option<String>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub attempts: i32,
+    /// The email's Message-ID: the same on every attempt.
+    pub message_id: String,
+}
+
+#[derive(Debug, Object)]
+pub struct DigestPage {
+    pub data: Vec<DigestOut>,
+    /// Pass as `cursor` for the next page; absent when there is none.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(ApiResponse)]
+pub enum DigestPageResponse {
+    #[oai(status = 200)]
+    Ok(Json<DigestPage>),
+}
+
 #[derive(ApiResponse)]
 pub enum DeliveryResponse {
     #[oai(status = 200)]
@@ -139,6 +184,59 @@ impl DeliveriesApi {
         let page = deliveries::list(&self.state.pool, auth.0.tenant_id, status.0, &page).await?;
         let page = page.map(DeliveryOut::from);
         Ok(DeliveryPageResponse::Ok(Json(DeliveryPage {
+            data: page.items,
+            next_cursor: page.next_cursor,
+        })))
+    }
+
+    /// List a user's digests.
+    ///
+    /// In id order, a page at a time: what each digest collected, what its
+    /// flush decided, against which watermark, and why no email was sent.
+    #[oai(
+        path = "/v1/users/:user_id/digests",
+        method = "get",
+        operation_id = "users.digests.list"
+    )]
+    async fn list_digests(
+        &self,
+        auth: ApiKeyAuth,
+        /// The user, as the tenant names them.
+        user_id: Path<String>,
+        /// `next_cursor` of the previous page (opaque).
+        cursor: Query<Option<String>>,
+        /// 1–100, default 50.
+        limit: Query<Option<u32>>,
+    ) -> ApiResult<DigestPageResponse> {
+        let user = tidings_core::UserId::parse(user_id.0)?;
+        let page = PageRequest::parse(
+            cursor.0.as_deref(),
+            limit.0,
+            deliveries::DEFAULT_LIMIT,
+            deliveries::MAX_LIMIT,
+        )?;
+        let tenant = auth.0.tenant_id;
+        let page = crate::deliveries::digests::list(&self.state.pool, tenant, &user, &page).await?;
+        let page = page.map(|r| DigestOut {
+            message_id: crate::deliveries::digests::message_id(tenant, r.id),
+            id: r.id,
+            key: r.digest_key,
+            status: r.status,
+            window_start: r.window_start,
+            flush_at: r.flush_at,
+            items: r.item_count,
+            sent_items: r.sent_count,
+            unless: r.unless_mark,
+            decided_at: r.decided_at,
+            decided_watermark: match (r.decided_mark_tx, r.decided_mark_id) {
+                (Some(tx), Some(id)) => Some(Position::new(tx, id).to_cursor()),
+                _ => None,
+            },
+            reason: r.reason,
+            sent_at: r.sent_at,
+            attempts: r.attempts,
+        });
+        Ok(DigestPageResponse::Ok(Json(DigestPage {
             data: page.items,
             next_cursor: page.next_cursor,
         })))

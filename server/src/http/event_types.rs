@@ -7,7 +7,7 @@ use tidings_core::EventType;
 
 use super::ApiTags;
 use crate::{
-    alerts::delivery::{self, ChannelRule, DeliveryRules, InvalidRules},
+    alerts::delivery::{self, ChannelRule, DeliveryRules, DigestRule, InvalidRules},
     app::state::AppState,
     http::auth::ApiKeyAuth,
     http::error::{ApiError, ApiResult, ProblemCode},
@@ -23,14 +23,56 @@ pub struct EventTypesApi {
 /// alert is not `unless` by then. Decided when the delivery is claimed,
 /// ordered with every read of that user: a read (on any device, one by one
 /// or "mark all") committed before the decision skips it.
-#[derive(Debug, Clone, Object, serde::Serialize, serde::Deserialize)]
+///
+/// Or, for email, `digest`: collect the recipient's emails of the event type
+/// into one, sent when the window ends (not with `delay`).
+#[derive(Debug, Clone, Default, Object, serde::Serialize, serde::Deserialize)]
 #[oai(deny_unknown_fields)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelRuleIn {
     /// A whole number and a unit: `30s`, `15m`, `2h`, `1d` (1 s to 7 d).
-    pub delay: String,
-    /// `read` or `seen`.
-    pub unless: String,
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
+    /// `read` or `seen`; required with `delay`.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unless: Option<String>,
+    /// Email only.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<DigestRuleIn>,
+}
+
+/// Collect the recipient's emails of this event type (and `key`) from the
+/// first one for `window` into one email, sent when the window ends. At the
+/// flush, items already `unless` (read or seen, on any device) are left out,
+/// decided under the same lock as every read of that user; when none is
+/// left no email is sent, and the digest says why
+/// (`GET /v1/users/{user_id}/digests`). The email lists the newest
+/// `max_items` and states the total count. Critical categories are never
+/// digested.
+#[derive(Debug, Clone, Object, serde::Serialize, serde::Deserialize)]
+#[oai(deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
+pub struct DigestRuleIn {
+    /// A whole number and a unit: `30s`, `15m`, `2h`, `1d` (1 s to 7 d),
+    /// counted from the digest's first item.
+    pub window: String,
+    /// Items listed in the email, 1 to 500 (default 50).
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<u32>,
+    /// `read` or `seen`: leave out items read (seen) before the flush.
+    /// Absent: list every item collected.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unless: Option<String>,
+    /// A template over the alert (`{{ payload.project }}`): one digest per
+    /// distinct value.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Delivery rules per channel. In-app is always delivered at once; a rule
@@ -50,26 +92,67 @@ pub struct DeliveryRulesIn {
 impl DeliveryRulesIn {
     /// The rules, or the first field that is not valid.
     pub fn parse(&self) -> Result<DeliveryRules, InvalidRules> {
-        let rule = |field: &str, r: &Option<ChannelRuleIn>| {
-            r.as_ref()
-                .map(|r| ChannelRule::parse(field, &r.delay, &r.unless))
-                .transpose()
+        let delayed = |field: &str, r: &ChannelRuleIn| match (&r.delay, &r.unless, &r.digest) {
+            (Some(delay), Some(unless), None) => ChannelRule::parse(field, delay, unless).map(Some),
+            (Some(_), None, None) => Err(InvalidRules(format!(
+                "{field}.unless is required with {field}.delay (read or seen)"
+            ))),
+            (None, Some(_), None) => Err(InvalidRules(format!(
+                "{field}.delay is required with {field}.unless (e.g. 15m)"
+            ))),
+            (None, None, None) => Err(InvalidRules(format!(
+                "{field} needs delay and unless, or digest"
+            ))),
+            (_, _, Some(_)) => Ok(None),
         };
-        Ok(DeliveryRules {
-            email: rule("delivery.email", &self.email)?,
-            webhook: rule("delivery.webhook", &self.webhook)?,
-        })
+        let mut rules = DeliveryRules::default();
+        if let Some(r) = &self.email {
+            rules.email = delayed("delivery.email", r)?;
+            if let Some(d) = &r.digest {
+                if r.delay.is_some() || r.unless.is_some() {
+                    return Err(InvalidRules(
+                        "delivery.email takes digest or delay and unless, not both".into(),
+                    ));
+                }
+                rules.email_digest = Some(DigestRule::parse(
+                    "delivery.email.digest",
+                    &d.window,
+                    d.max_items,
+                    d.unless.as_deref(),
+                    d.key.as_deref(),
+                )?);
+            }
+        }
+        if let Some(r) = &self.webhook {
+            if r.digest.is_some() {
+                return Err(InvalidRules(
+                    "delivery.webhook.digest: only email is digested".into(),
+                ));
+            }
+            rules.webhook = delayed("delivery.webhook", r)?;
+        }
+        Ok(rules)
     }
 
     pub fn of(rules: &DeliveryRules) -> DeliveryRulesIn {
         let out = |r: Option<ChannelRule>| {
             r.map(|r| ChannelRuleIn {
-                delay: r.delay_text(),
-                unless: r.unless.as_str().to_owned(),
+                delay: Some(r.delay_text()),
+                unless: Some(r.unless.as_str().to_owned()),
+                digest: None,
             })
         };
+        let digest = rules.email_digest.as_ref().map(|d| ChannelRuleIn {
+            digest: Some(DigestRuleIn {
+                window: d.window_text(),
+                max_items: Some(d.max_items),
+                unless: d.unless.map(|u| u.as_str().to_owned()),
+                key: d.key.clone(),
+            }),
+            ..ChannelRuleIn::default()
+        });
         DeliveryRulesIn {
-            email: out(rules.email),
+            email: out(rules.email).or(digest),
             webhook: out(rules.webhook),
         }
     }

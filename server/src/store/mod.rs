@@ -6,6 +6,7 @@ pub mod paging;
 pub mod alerts;
 pub mod deliveries;
 pub mod delivery_rules;
+pub mod digests;
 pub mod events;
 pub mod feed;
 pub mod gauges;

@@ -255,3 +255,28 @@ pub async fn purge_item_reads(db: impl sqlx::PgExecutor<'_>, batch: i64) -> sqlx
     .await?;
     Ok(done.rows_affected())
 }
+
+/// Deletes up to `batch` of a tenant's finished digests (with their items)
+/// in `statuses`, finished more than `older_than_secs` ago.
+pub async fn purge_digests(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    statuses: &[&str],
+    older_than_secs: f64,
+    batch: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM digests WHERE tenant_id = $1 AND id IN (
+             SELECT id FROM digests
+              WHERE tenant_id = $1 AND status = ANY($2)
+                AND COALESCE(sent_at, decided_at, flush_at) < now() - make_interval(secs => $3)
+              LIMIT $4)",
+    )
+    .bind(tenant)
+    .bind(statuses)
+    .bind(older_than_secs)
+    .bind(batch)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}

@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod channels;
+pub mod digests;
 pub mod gauges;
 pub mod nats_inbox;
 pub mod outbox;

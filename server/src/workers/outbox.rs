@@ -75,10 +75,36 @@ impl OutboxConfig {
         })
     }
 
+    /// What an attempt's outcome makes of a delivery (or a digest) claimed
+    /// for its `attempts`th time: a transient failure is retried on the
+    /// schedule until it gives up.
+    pub(crate) fn completion_of(&self, attempts: i32, outcome: Outcome) -> Completion {
+        match outcome {
+            Outcome::Sent => Completion::Sent,
+            Outcome::Skipped { reason } => Completion::Skipped { reason },
+            Outcome::Failed {
+                error,
+                permanent: true,
+            } => Completion::Dead { error },
+            Outcome::Failed {
+                error,
+                permanent: false,
+            } => {
+                let attempts = u32::try_from(attempts).unwrap_or(0);
+                match self.retry.next(attempts, rand::random::<f64>()) {
+                    NextAttempt::RetryAfterMs(after_ms) => Completion::Retry { after_ms, error },
+                    NextAttempt::GiveUp => Completion::Dead {
+                        error: format!("after {attempts} attempts: {error}"),
+                    },
+                }
+            }
+        }
+    }
+
     /// A delivery of a batch claimed at `claimed_at` is started only before
     /// this instant, so that it finishes (timeout) and is recorded (a fifth of
     /// the lease as margin) before the lease ends and another worker may take it.
-    fn start_deadline(&self, claimed_at: Instant) -> Instant {
+    pub(crate) fn start_deadline(&self, claimed_at: Instant) -> Instant {
         let usable = self
             .lease
             .saturating_sub(self.delivery_timeout)
@@ -127,6 +153,12 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
         shutdown.clone(),
     );
     let mut handles = vec![waker];
+    handles.extend(crate::workers::digests::spawn(
+        state.pool.clone(),
+        config.clone(),
+        channels.clone(),
+        shutdown.clone(),
+    ));
     let templates = Arc::new(VersionCache::default());
     for n in 0..config.loops {
         let worker = Worker {
@@ -367,7 +399,7 @@ impl Worker {
                     Outcome::transient("the endpoint's secret cannot be opened on this worker")
                 }
             };
-            self.completion_of(&delivery, outcome)
+            self.config.completion_of(delivery.attempts, outcome)
         };
         if let Completion::Dead { error } = &completion {
             tracing::warn!(delivery = delivery.id, tenant = %delivery.tenant_id, %error, "delivery is dead");
@@ -533,29 +565,6 @@ impl Worker {
             .channels
             .webhook
             .endpoint(url, opened.iter().map(String::as_str)))
-    }
-
-    fn completion_of(&self, delivery: &ClaimedDelivery, outcome: Outcome) -> Completion {
-        match outcome {
-            Outcome::Sent => Completion::Sent,
-            Outcome::Skipped { reason } => Completion::Skipped { reason },
-            Outcome::Failed {
-                error,
-                permanent: true,
-            } => Completion::Dead { error },
-            Outcome::Failed {
-                error,
-                permanent: false,
-            } => {
-                let attempts = u32::try_from(delivery.attempts).unwrap_or(0);
-                match self.config.retry.next(attempts, rand::random::<f64>()) {
-                    NextAttempt::RetryAfterMs(after_ms) => Completion::Retry { after_ms, error },
-                    NextAttempt::GiveUp => Completion::Dead {
-                        error: format!("after {attempts} attempts: {error}"),
-                    },
-                }
-            }
-        }
     }
 
     /// Records a group of results, retrying while the database is unreachable.

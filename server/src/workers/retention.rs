@@ -90,6 +90,25 @@ pub async fn purge_once(
                 return Ok(());
             }
         }
+        if !crate::deliveries::digests::in_schema() {
+            continue;
+        }
+        for (statuses, keep) in [
+            (
+                &["sent", "empty", "skipped"][..],
+                config.retention_delivered_secs,
+            ),
+            (&["dead"][..], config.retention_dead_secs),
+        ] {
+            let done = purge
+                .batches("digests", || {
+                    store::purge_digests(pool, tenant, statuses, keep as f64, batch)
+                })
+                .await?;
+            if !done {
+                return Ok(());
+            }
+        }
     }
     let default_feed = config.retention_feed_secs.map(|s| s as f64);
     for (tenant, keep) in store::list_feed_retention(pool, default_feed).await? {

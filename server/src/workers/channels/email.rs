@@ -110,6 +110,21 @@ fn redact_text(text: &str, url: &str) -> String {
     out
 }
 
+/// One email ready to go out.
+pub struct OutgoingEmail<'a> {
+    pub tenant: uuid::Uuid,
+    pub recipient_id: &'a str,
+    pub address: &'a str,
+    /// The non-critical category whose one-click unsubscribe headers it
+    /// carries (when links are on).
+    pub list_category: Option<&'a str>,
+    /// Stable across retries and processes: what a receiver deduplicates on.
+    pub message_id: String,
+    pub subject: String,
+    pub text: String,
+    pub html: String,
+}
+
 pub struct EmailSender {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
@@ -163,12 +178,6 @@ impl EmailSender {
                 reason: "alert was deleted".into(),
             };
         };
-        let to: Mailbox = match address.parse() {
-            Ok(to) => to,
-            Err(err) => {
-                return Outcome::permanent(format!("recipient email {address:?} is invalid: {err}"))
-            }
-        };
         let (subject, text, html) = match rendered {
             Some(email) => (
                 email.subject.clone(),
@@ -185,10 +194,32 @@ impl EmailSender {
                 (subject, text, html)
             }
         };
+        self.send_message(OutgoingEmail {
+            tenant: delivery.tenant_id,
+            recipient_id: &delivery.recipient_id,
+            address,
+            list_category: delivery.list_category.as_deref(),
+            message_id: message_id(&delivery.notification_key),
+            subject,
+            text,
+            html,
+        })
+        .await
+    }
+
+    /// Sends one email as given: a notification's or a digest's.
+    pub async fn send_message(&self, email: OutgoingEmail<'_>) -> Outcome {
+        let address = email.address;
+        let to: Mailbox = match address.parse() {
+            Ok(to) => to,
+            Err(err) => {
+                return Outcome::permanent(format!("recipient email {address:?} is invalid: {err}"))
+            }
+        };
         let mut message = Message::builder();
-        if let (Some(list), Some(category)) = (&self.unsubscribe, &delivery.list_category) {
-            if let Ok(recipient) = UserId::parse(delivery.recipient_id.as_str()) {
-                for (name, value) in list.headers(delivery.tenant_id, &recipient, category) {
+        if let (Some(list), Some(category)) = (&self.unsubscribe, email.list_category) {
+            if let Ok(recipient) = UserId::parse(email.recipient_id) {
+                for (name, value) in list.headers(email.tenant, &recipient, category) {
                     message = message.raw_header(HeaderValue::new(
                         HeaderName::new_from_ascii_str(name),
                         value,
@@ -199,9 +230,9 @@ impl EmailSender {
         let message = message
             .from(self.from.clone())
             .to(to)
-            .subject(subject)
-            .message_id(Some(message_id(&delivery.notification_key)))
-            .multipart(MultiPart::alternative_plain_html(text, html));
+            .subject(email.subject)
+            .message_id(Some(email.message_id))
+            .multipart(MultiPart::alternative_plain_html(email.text, email.html));
         let message = match message {
             Ok(message) => message,
             Err(err) => return Outcome::permanent(format!("cannot build the email: {err}")),

@@ -1,0 +1,233 @@
+//! The digest flush loop (`deliveries::digests`): lease the digests due,
+//! decide the open ones, send the decided ones, record each result. Runs
+//! beside the outbox loops in every process that sends email, sharing their
+//! sender, settings and retry schedule; any number of them share the work
+//! through the lease (`SKIP LOCKED`). Like the outbox, no transaction or row
+//! lock is held while an email is on the network.
+
+use std::{sync::Arc, time::Instant};
+
+use tokio::task::JoinHandle;
+
+use crate::{
+    alerts::templates::email::html_from_text,
+    app::{config::OutboxConfig, shutdown::Shutdown},
+    db::PrimaryPool,
+    deliveries::digests::{self, NO_EMAIL},
+    store::digests::{self as store, ClaimedDigest, DigestLine},
+    store::outbox::Completion,
+    workers::{
+        backoff::Backoff,
+        channels::{
+            email::{EmailSender, OutgoingEmail},
+            Channels,
+        },
+    },
+};
+
+/// Digests leased per claim.
+const BATCH: u32 = 32;
+
+pub fn spawn(
+    pool: PrimaryPool,
+    config: OutboxConfig,
+    channels: Arc<Channels>,
+    shutdown: Shutdown,
+) -> Option<JoinHandle<()>> {
+    if !digests::in_schema() || channels.email.is_none() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        Flusher {
+            pool,
+            config,
+            channels,
+        }
+        .run(shutdown)
+        .await
+    }))
+}
+
+struct Flusher {
+    pool: PrimaryPool,
+    config: OutboxConfig,
+    channels: Arc<Channels>,
+}
+
+impl Flusher {
+    async fn run(&self, mut shutdown: Shutdown) {
+        let mut backoff = Backoff::default();
+        let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
+        while !shutdown.is_requested() {
+            let claimed_at = Instant::now();
+            let batch = match store::claim_digests(&self.pool, BATCH, lease_ms).await {
+                Ok(batch) => batch,
+                Err(err) => {
+                    tracing::warn!(error = %err, "claiming digests failed; backing off");
+                    if shutdown.sleep(backoff.next_pause()).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            backoff.reset();
+            if batch.is_empty() {
+                if shutdown.sleep(self.config.poll).await {
+                    break;
+                }
+                continue;
+            }
+            for digest in batch {
+                if let Err(err) = self.flush(&digest, claimed_at, &shutdown).await {
+                    // The lease ends and the digest is claimed again: an
+                    // open one is decided again, a decided one sent.
+                    tracing::warn!(digest = digest.id, tenant = %digest.tenant_id, error = %err, "flushing a digest failed");
+                }
+            }
+        }
+    }
+
+    async fn flush(
+        &self,
+        digest: &ClaimedDigest,
+        claimed_at: Instant,
+        shutdown: &Shutdown,
+    ) -> sqlx::Result<()> {
+        if digest.status == "open" && !digests::decide(&self.pool, digest).await? {
+            return Ok(());
+        }
+        #[cfg(feature = "test-hooks")]
+        if let Some(pause) = crate::app::test_hooks::digest_send_pause() {
+            tokio::time::sleep(pause).await;
+        }
+        let result = if shutdown.is_requested()
+            || Instant::now() >= self.config.start_deadline(claimed_at)
+        {
+            Completion::Release
+        } else {
+            self.send(digest).await?
+        };
+        if let Completion::Dead { error } = &result {
+            tracing::warn!(digest = digest.id, tenant = %digest.tenant_id, %error, "digest is dead");
+        }
+        store::record_result(
+            &self.pool,
+            digest.tenant_id,
+            digest.id,
+            digest.attempts,
+            &result,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn send(&self, digest: &ClaimedDigest) -> sqlx::Result<Completion> {
+        let Some(email) = self.channels.email.as_ref() else {
+            return Ok(Completion::Release);
+        };
+        let summary = store::find_digest_summary(&self.pool, digest.tenant_id, digest.id).await?;
+        let Some(address) = summary.address.as_deref().filter(|a| !a.trim().is_empty()) else {
+            return Ok(Completion::Skipped {
+                reason: NO_EMAIL.into(),
+            });
+        };
+        let lines =
+            store::list_digest_lines(&self.pool, digest.tenant_id, digest.id, summary.max_items)
+                .await?;
+        let (subject, text) = compose(&digest.event_type, summary.total, &lines);
+        let list_category = self.list_category(email, digest).await;
+        let outcome = email
+            .send_message(OutgoingEmail {
+                tenant: digest.tenant_id,
+                recipient_id: &digest.recipient_id,
+                address,
+                list_category: list_category.as_deref(),
+                message_id: digests::message_id(digest.tenant_id, digest.id),
+                subject,
+                html: html_from_text(&text),
+                text,
+            })
+            .await;
+        Ok(self.config.completion_of(digest.attempts, outcome))
+    }
+
+    /// The event type's non-critical category, for the one-click
+    /// unsubscribe headers, when links are on.
+    async fn list_category(&self, email: &EmailSender, digest: &ClaimedDigest) -> Option<String> {
+        email.unsubscribe.as_ref()?;
+        let event_type = tidings_core::EventType::parse(digest.event_type.as_str()).ok()?;
+        let mut conn = self.pool.inner().acquire().await.ok()?;
+        let category = crate::alerts::preferences::category_for_alert(
+            &mut conn,
+            digest.tenant_id,
+            None,
+            &event_type,
+        )
+        .await
+        .ok()??;
+        (!category.critical).then_some(category.key)
+    }
+}
+
+/// A digest's subject and text: the subject states the count; the text
+/// lists the items given (the newest first, at most the rule's `max_items`)
+/// and says how many more there are.
+pub fn compose(event_type: &str, total: i64, lines: &[DigestLine]) -> (String, String) {
+    let line = |l: &DigestLine| -> String {
+        let what = l
+            .subject
+            .clone()
+            .or_else(|| l.event_type.clone())
+            .unwrap_or_else(|| event_type.to_owned());
+        match &l.entity_id {
+            Some(entity) => format!("{what} ({entity})"),
+            None => what,
+        }
+    };
+    let subject = match (total, lines.first()) {
+        (1, Some(first)) => format!("1 new notification: {}", line(first)),
+        (n, Some(first)) => format!("{n} new notifications: {} and more", line(first)),
+        (n, None) => format!("{n} new notifications"),
+    };
+    let mut text = format!(
+        "{total} new {event_type} notification{}\n\n",
+        if total == 1 { "" } else { "s" }
+    );
+    for l in lines {
+        text.push_str(&format!("- {}\n", line(l)));
+    }
+    let more = total - lines.len() as i64;
+    if more > 0 {
+        text.push_str(&format!("\nand {more} more.\n"));
+    }
+    (subject, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(subject: Option<&str>, entity: &str) -> DigestLine {
+        DigestLine {
+            alert_id: uuid::Uuid::nil(),
+            event_type: Some("comment.created".into()),
+            entity_id: Some(entity.into()),
+            subject: subject.map(str::to_owned),
+            payload: None,
+        }
+    }
+
+    #[test]
+    fn the_subject_states_the_count_and_the_text_says_how_many_more() {
+        let lines = [line(Some("Ann replied"), "c-2"), line(None, "c-1")];
+        let (subject, text) = compose("comment.created", 5, &lines);
+        assert_eq!(subject, "5 new notifications: Ann replied (c-2) and more");
+        assert_eq!(
+            text,
+            "5 new comment.created notifications\n\n- Ann replied (c-2)\n- comment.created (c-1)\n\nand 3 more.\n"
+        );
+        let (subject, text) = compose("comment.created", 1, &lines[..1]);
+        assert_eq!(subject, "1 new notification: Ann replied (c-2)");
+        assert!(!text.contains("more"), "{text}");
+    }
+}

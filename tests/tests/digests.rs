@@ -1,0 +1,412 @@
+//! Digests (ARCHITECTURE.md, "Digests"), with real PostgreSQL, a real SMTP
+//! receiver and separate `tidings` processes: a digest lists what is still
+//! unread at its flush and nothing read before it; all read, no email; two
+//! workers flushing at once send one email; a worker killed (`kill -9`)
+//! between the decision and the send leaves a digest the next worker sends
+//! once, with the same Message-ID.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tidings_core::Position;
+use tidings_tests::{
+    alert, eventually, user_with_email, worker_env, AppOptions, Receiver, TestApp, TestDb,
+    TestTenant, TidingsProcess,
+};
+
+/// `front` takes alerts and marks and runs no workers; the digests are
+/// flushed by `tidings worker` processes started by each test.
+async fn front() -> (TestApp, TestDb) {
+    TestApp::spawn_with(AppOptions::env([("TIDINGS_OUTBOX_WORKERS", "0")]))
+        .await
+        .expect("front instance")
+}
+
+async fn worker(db: &TestDb, smtp: &Receiver, extra: &[(&str, &str)]) -> TidingsProcess {
+    let smtp_url = smtp.smtp_url();
+    let mut env = vec![
+        ("TIDINGS_SMTP_URL", smtp_url.as_str()),
+        ("TIDINGS_OUTBOX_POLL_MS", "50"),
+    ];
+    env.extend_from_slice(extra);
+    TidingsProcess::worker(&db.url, &worker_env(&env))
+        .await
+        .expect("worker process")
+}
+
+/// Posts an alert (in-app and a digested email) to `users`; answers its id.
+async fn post_digested(
+    app: &TestApp,
+    tenant: &TestTenant,
+    users: &[&str],
+    subject: &str,
+    digest: Value,
+) -> String {
+    let users: Vec<String> = users.iter().map(|u| (*u).to_owned()).collect();
+    let body = alert()
+        .event_type("comment.created")
+        .fresh_entity()
+        .recipients(&users)
+        .channels(&["in_app", "email"])
+        .subject(subject)
+        .delivery(json!({"email": {"digest": digest}}))
+        .build();
+    let created = app.tenant(tenant).create_alert(&body).expect(202).await;
+    created["alert_id"].as_str().expect("alert id").to_owned()
+}
+
+async fn digests_of(app: &TestApp, tenant: &TestTenant, user: &str) -> Vec<Value> {
+    let page = app.tenant(tenant).list_user_digests(user).expect(200).await;
+    page["data"].as_array().expect("data").clone()
+}
+
+/// Waits until every digest of `user` is final (not open or decided).
+async fn settled(app: &TestApp, tenant: &TestTenant, user: &str) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let digests = digests_of(app, tenant, user).await;
+        if !digests.is_empty()
+            && digests
+                .iter()
+                .all(|d| !matches!(d["status"].as_str(), Some("open" | "decided")))
+        {
+            return digests;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{user}'s digests never settled: {digests:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_digest_lists_what_is_unread_at_its_flush_and_nothing_read_before_it() {
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    for u in ["ann", "bob", "cat"] {
+        user_with_email(&api, u, Some(&format!("{u}@example.com"))).await;
+    }
+    // Three comments within the window; the window counts from the first.
+    let digest = json!({"window": "4s", "max_items": 2, "unless": "read"});
+    let mut alerts = Vec::new();
+    for n in 1..=3 {
+        alerts.push(
+            post_digested(
+                &app,
+                &tenant,
+                &["ann", "bob", "cat"],
+                &format!("Comment {n}"),
+                digest.clone(),
+            )
+            .await,
+        );
+    }
+    // Each alert's own email is collected, not sent.
+    let page = api.get_alert_page(&alerts[0], "").expect(200).await;
+    let emails: Vec<&Value> = page["deliveries"]
+        .as_array()
+        .expect("deliveries")
+        .iter()
+        .filter(|d| d["channel"] == "email")
+        .collect();
+    assert_eq!(emails.len(), 3, "{page}");
+    for e in &emails {
+        assert_eq!(e["status"], "skipped", "{e}");
+        assert_eq!(e["last_error"], "collected into a digest", "{e}");
+    }
+    let open = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(
+        open.len(),
+        1,
+        "one open digest collects all three: {open:?}"
+    );
+    assert_eq!(open[0]["status"], "open");
+    assert_eq!(open[0]["items"], 3);
+    assert_eq!(open[0]["key"], "comment.created");
+
+    // Ann reads the first comment one by one; Bob marks all read; Cat, who
+    // never opened the app, reads nothing.
+    let ann = app.user_token(&tenant, "ann").await;
+    let feed = app.user(&ann).feed("").expect(200).await;
+    let oldest = feed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["subject"] == "Comment 1")
+        .expect("comment 1")["id"]
+        .as_i64()
+        .expect("id");
+    app.user(&ann).mark_item_read(oldest).expect(200).await;
+    let bob = app.user_token(&tenant, "bob").await;
+    app.user(&bob).mark_read(&json!({})).expect(200).await;
+
+    let _worker = worker(&db, &smtp, &[]).await;
+    let ann_digest = settled(&app, &tenant, "ann").await;
+    let bob_digest = settled(&app, &tenant, "bob").await;
+    let cat_digest = settled(&app, &tenant, "cat").await;
+
+    assert_eq!(ann_digest[0]["status"], "sent", "{ann_digest:?}");
+    assert_eq!(ann_digest[0]["sent_items"], 2, "{ann_digest:?}");
+    assert_eq!(cat_digest[0]["status"], "sent", "{cat_digest:?}");
+    assert_eq!(cat_digest[0]["sent_items"], 3, "{cat_digest:?}");
+    assert_eq!(
+        cat_digest[0]["decided_watermark"]
+            .as_str()
+            .map(Position::from_cursor),
+        Some(Ok(Position::ORIGIN)),
+        "no watermark row: everything unread: {cat_digest:?}"
+    );
+    // Bob read everything before the flush: no email, and the digest says
+    // why, with the watermark it was decided against.
+    assert_eq!(bob_digest[0]["status"], "empty", "{bob_digest:?}");
+    assert_eq!(bob_digest[0]["reason"], "read", "{bob_digest:?}");
+    assert!(
+        bob_digest[0]["decided_watermark"].is_string(),
+        "{bob_digest:?}"
+    );
+
+    let arrived = eventually(Duration::from_secs(10), || async {
+        smtp.received().len() >= 2
+    })
+    .await;
+    assert!(arrived, "{:?}", smtp.received());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let received = smtp.received();
+    assert_eq!(
+        received.len(),
+        2,
+        "one email each for ann and cat: {received:?}"
+    );
+    let to = |who: &str| {
+        received
+            .iter()
+            .find(|m| m["rcpt_tos"] == json!([format!("{who}@example.com")]))
+            .unwrap_or_else(|| panic!("no email to {who}: {received:?}"))
+            .clone()
+    };
+    let (ann_mail, cat_mail) = (to("ann"), to("cat"));
+    // The subject states the count; the text lists the newest `max_items`
+    // and how many more; ann's lists nothing she had read.
+    let subject = ann_mail["subject"].as_str().expect("subject");
+    assert!(
+        subject.starts_with("2 new notifications: Comment 3 (") && subject.ends_with(") and more"),
+        "{subject}"
+    );
+    let body = ann_mail["body"].as_str().expect("text");
+    assert!(
+        body.contains("Comment 3") && body.contains("Comment 2"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("Comment 1") && !body.contains("more"),
+        "{body}"
+    );
+    let body = cat_mail["body"].as_str().expect("text");
+    assert!(
+        body.starts_with("3 new comment.created notifications"),
+        "{body}"
+    );
+    assert!(
+        body.contains("Comment 3") && body.contains("Comment 2"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("Comment 1") && body.contains("and 1 more."),
+        "{body}"
+    );
+    assert_eq!(ann_mail["message_id"], ann_digest[0]["message_id"]);
+
+    // The next comment opens a new digest: the flushed one took no more.
+    post_digested(&app, &tenant, &["ann"], "Comment 4", digest).await;
+    let now = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert_eq!(
+        (now[1]["status"].clone(), now[1]["items"].clone()),
+        (json!("open"), json!(1))
+    );
+
+    // Retention purges finished digests, and leaves the open one.
+    let _purger = TestApp::spawn_on(
+        &db.url,
+        AppOptions::env([
+            ("TIDINGS_OUTBOX_WORKERS", "0"),
+            ("TIDINGS_RETENTION_DELIVERED_SECS", "1"),
+            ("TIDINGS_RETENTION_INTERVAL_SECS", "1"),
+        ]),
+    )
+    .await
+    .expect("purging instance");
+    let purged = eventually(Duration::from_secs(20), || async {
+        digests_of(&app, &tenant, "ann").await.len() == 1
+            && digests_of(&app, &tenant, "bob").await.is_empty()
+    })
+    .await;
+    let left = digests_of(&app, &tenant, "ann").await;
+    assert!(purged, "{left:?}");
+    assert_eq!(left[0]["status"], "open", "{left:?}");
+}
+
+#[tokio::test]
+async fn two_workers_flushing_at_once_send_each_digest_once() {
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    let users: Vec<String> = (0..20).map(|n| format!("u{n:02}")).collect();
+    for u in &users {
+        user_with_email(&api, u, Some(&format!("{u}@example.com"))).await;
+    }
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    for n in 0..2 {
+        post_digested(
+            &app,
+            &tenant,
+            &names,
+            &format!("Comment {n}"),
+            json!({"window": "2s", "unless": "read"}),
+        )
+        .await;
+    }
+    // Both workers poll every 50 ms from before the windows end.
+    let _a = worker(&db, &smtp, &[]).await;
+    let _b = worker(&db, &smtp, &[]).await;
+    let mut ids = Vec::new();
+    for u in &users {
+        let d = settled(&app, &tenant, u).await;
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0]["status"], "sent", "{d:?}");
+        assert_eq!(d[0]["attempts"], 1, "{d:?}");
+        ids.push(d[0]["message_id"].as_str().expect("id").to_owned());
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let received = smtp.received();
+    let mut got: Vec<String> = received
+        .iter()
+        .map(|m| m["message_id"].as_str().expect("message id").to_owned())
+        .collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids, "one email per digest, none twice");
+}
+
+#[tokio::test]
+async fn a_worker_killed_between_decision_and_send_leaves_one_email_with_the_same_id() {
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    user_with_email(&api, "ann", Some("ann@example.com")).await;
+    post_digested(
+        &app,
+        &tenant,
+        &["ann"],
+        "Comment 1",
+        json!({"window": "1s", "unless": "read"}),
+    )
+    .await;
+    // The first worker decides, then pauses before sending: killed there.
+    let lease = [
+        ("TIDINGS_OUTBOX_LEASE_SECS", "4"),
+        ("TIDINGS_DELIVERY_TIMEOUT_MS", "1000"),
+    ];
+    let mut first = worker(
+        &db,
+        &smtp,
+        &[
+            lease[0],
+            lease[1],
+            ("TIDINGS_TEST_DIGEST_SEND_PAUSE_MS", "60000"),
+        ],
+    )
+    .await;
+    let decided = eventually(Duration::from_secs(20), || async {
+        digests_of(&app, &tenant, "ann").await[0]["status"] == "decided"
+    })
+    .await;
+    let before = digests_of(&app, &tenant, "ann").await;
+    assert!(decided, "{before:?}");
+    first.kill();
+    // Read after the decision: the content is what was decided, not
+    // decided again.
+    let ann = app.user_token(&tenant, "ann").await;
+    app.user(&ann).mark_read(&json!({})).expect(200).await;
+
+    let _second = worker(&db, &smtp, &[lease[0], lease[1]]).await;
+    let after = settled(&app, &tenant, "ann").await;
+    assert_eq!(after[0]["status"], "sent", "{after:?}");
+    assert_eq!(after[0]["attempts"], 2, "the lease ran out once: {after:?}");
+    assert_eq!(
+        after[0]["decided_at"], before[0]["decided_at"],
+        "decided once"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let received = smtp.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0]["message_id"], before[0]["message_id"]);
+    assert!(
+        received[0]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("Comment 1")),
+        "{received:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_digest_rules_are_422_and_event_type_defaults_take_a_digest() {
+    let (app, _db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    for (bad, field) in [
+        (
+            json!({"email": {"digest": {"window": "soon"}}}),
+            "delivery.email.digest.window",
+        ),
+        (
+            json!({"email": {"digest": {"window": "1h", "max_items": 0}}}),
+            "delivery.email.digest.max_items",
+        ),
+        (
+            json!({"email": {"digest": {"window": "1h"}, "delay": "1m", "unless": "read"}}),
+            "delivery.email takes digest",
+        ),
+        (
+            json!({"webhook": {"digest": {"window": "1h"}}}),
+            "delivery.webhook.digest",
+        ),
+        (json!({"email": {"delay": "1m"}}), "delivery.email.unless"),
+    ] {
+        let problem = api
+            .put_event_type_delivery("comment.created", &bad)
+            .problem(422)
+            .await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(field)),
+            "{bad}: {problem}"
+        );
+    }
+    let rules = json!({"email": {"digest": {"window": "1h", "max_items": 10, "unless": "seen", "key": "{{ payload.project }}"}}});
+    let stored = api
+        .put_event_type_delivery("comment.created", &rules)
+        .expect(200)
+        .await;
+    assert_eq!(stored, rules);
+    // An alert without its own rule takes the default, keyed by project.
+    user_with_email(&api, "ann", Some("ann@example.com")).await;
+    let body = alert()
+        .event_type("comment.created")
+        .fresh_entity()
+        .recipients(&["ann".to_owned()])
+        .channels(&["in_app", "email"])
+        .payload(json!({"project": "apollo"}))
+        .build();
+    api.create_alert(&body).expect(202).await;
+    let digests = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(digests.len(), 1, "{digests:?}");
+    assert_eq!(digests[0]["key"], "comment.created/apollo");
+    assert_eq!(digests[0]["unless"], "seen");
+}
