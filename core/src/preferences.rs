@@ -161,6 +161,8 @@ pub enum PreferenceError {
     GlobalWithKey,
     #[error("a {0} rule needs a key")]
     MissingKey(Scope),
+    #[error("daily and weekly are digests of email: the channel must be email")]
+    DigestNotEmail,
 }
 
 /// One sparse settings row. `key` is the category key or the event type;
@@ -184,6 +186,9 @@ impl Rule {
         setting: Setting,
         locked: bool,
     ) -> Result<Rule, PreferenceError> {
+        if matches!(setting, Setting::Daily | Setting::Weekly) && channel != Some(Channel::Email) {
+            return Err(PreferenceError::DigestNotEmail);
+        }
         let key = match (scope, key.filter(|k| !k.is_empty())) {
             (Scope::Global, None) => String::new(),
             (Scope::Global, Some(_)) => return Err(PreferenceError::GlobalWithKey),

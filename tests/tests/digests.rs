@@ -205,10 +205,7 @@ async fn a_digest_lists_what_is_unread_at_its_flush_and_nothing_read_before_it()
         "{body}"
     );
     let body = cat_mail["body"].as_str().expect("text");
-    assert!(
-        body.starts_with("3 new comment.created notifications"),
-        "{body}"
-    );
+    assert!(body.starts_with("3 new notifications"), "{body}");
     assert!(
         body.contains("Comment 3") && body.contains("Comment 2"),
         "{body}"
@@ -409,4 +406,89 @@ async fn bad_digest_rules_are_422_and_event_type_defaults_take_a_digest() {
     assert_eq!(digests.len(), 1, "{digests:?}");
     assert_eq!(digests[0]["key"], "comment.created/apollo");
     assert_eq!(digests[0]["unless"], "seen");
+}
+
+#[tokio::test]
+async fn a_daily_email_preference_collects_into_a_digest_due_at_eight_local() {
+    let (app, _db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    api.put_category(
+        "comments",
+        &json!({"label": "Comments", "event_types": ["comment.created"]}),
+    )
+    .expect(201)
+    .await;
+    for u in ["ann", "bob"] {
+        api.put_user(
+            u,
+            &json!({"email": format!("{u}@example.com"), "timezone": "Europe/Berlin"}),
+        )
+        .expect(200)
+        .await;
+    }
+    // Only email may be daily or weekly; a refused row changes nothing.
+    let problem = api
+        .patch_preferences(
+            "ann",
+            &json!({"settings": [{"scope": "category", "key": "comments", "channel": "in_app", "setting": "daily"}]}),
+        )
+        .problem(422)
+        .await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("email")),
+        "{problem}"
+    );
+    api.patch_preferences(
+        "ann",
+        &json!({"settings": [{"scope": "category", "key": "comments", "channel": "email", "setting": "daily"}]}),
+    )
+    .expect(200)
+    .await;
+    let before = chrono::Utc::now();
+    let body = alert()
+        .event_type("comment.created")
+        .fresh_entity()
+        .recipients(&["ann".to_owned(), "bob".to_owned()])
+        .channels(&["in_app", "email"])
+        .subject("Ann replied")
+        .build();
+    let created = api.create_alert(&body).expect(202).await;
+    let page = api
+        .get_alert_page(created["alert_id"].as_str().expect("id"), "")
+        .expect(200)
+        .await;
+    let email_of = |who: &str| {
+        page["deliveries"]
+            .as_array()
+            .expect("deliveries")
+            .iter()
+            .find(|d| d["channel"] == "email" && d["recipient_id"] == who)
+            .unwrap_or_else(|| panic!("{who}'s email: {page}"))
+            .clone()
+    };
+    // Ann's email waits for her daily digest; Bob, who chose nothing, gets
+    // his as usual.
+    assert_eq!(email_of("ann")["last_error"], "collected into a digest");
+    assert_eq!(email_of("bob")["status"], "pending");
+    assert!(digests_of(&app, &tenant, "bob").await.is_empty());
+    let digests = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(digests.len(), 1, "{digests:?}");
+    let d = &digests[0];
+    assert_eq!(d["key"], "daily/comments", "{d}");
+    assert_eq!(d["unless"], "read", "{d}");
+    // 08:00 in Berlin: 06:00 UTC in summer time, 07:00 in winter; the next
+    // one, within a day (and the change's hour).
+    let due = tidings_tests::timestamp(&d["flush_at"]);
+    use chrono::Timelike;
+    assert!(
+        matches!(due.hour(), 6 | 7) && due.minute() == 0 && due.second() == 0,
+        "{due}"
+    );
+    assert!(
+        due > before && due - before <= chrono::Duration::hours(25),
+        "{due}"
+    );
 }

@@ -1926,14 +1926,14 @@ export interface components {
         /** @enum {string} */
         ScopeName: "global" | "category" | "event_type";
         /**
-         * @description What a user receives on a channel. (`daily` and `weekly` are reserved for
-         *     digests.)
+         * @description What a user receives on a channel. `daily` and `weekly` (email only):
+         *     the emails are collected into one digest a day (a week, on Mondays),
+         *     sent at 08:00 in the user's time zone, listing what is still unread then.
          * @enum {string}
          */
-        SettingName: "on" | "off";
+        SettingName: "on" | "off" | "daily" | "weekly";
         /**
-         * @description A stored setting as the API shows it (`daily`/`weekly` cannot be written
-         *     yet, but a row holding one is shown as it is).
+         * @description A stored setting as the API shows it.
          * @enum {string}
          */
         SettingOut: "on" | "off" | "daily" | "weekly";

@@ -88,8 +88,34 @@ pub struct PlannedDelivery {
     /// then (`deliveries::fallback`).
     pub wait: Option<ChannelRule>,
     /// Collected into the recipient's open digest (`status` is `skipped`
-    /// with reason [`DIGESTED`]).
-    pub digested: bool,
+    /// with reason [`DIGESTED`]): which one.
+    pub digest: Option<DigestSource>,
+}
+
+/// Which digest a collected email goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestSource {
+    /// The alert's (or its event type's) `delivery.email.digest`.
+    Rule,
+    /// The recipient's `daily` or `weekly` email preference, which wins
+    /// over the sender's rule.
+    Periodic(Period),
+}
+
+/// A recipient's digest period (`daily`, `weekly`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    Daily,
+    Weekly,
+}
+
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Daily => "daily",
+            Period::Weekly => "weekly",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,11 +214,44 @@ pub fn plan_fanout(
         inbox_items: Vec::new(),
         wake_outbox: false,
     };
+    let off_for = |n: &Notification| {
+        if settings.is_empty() {
+            None
+        } else {
+            settings
+                .get(&(n.recipient_id.clone(), n.channel))
+                .filter(|r| r.setting == Setting::Off)
+        }
+    };
+    // Recipients who get a new in-app item: only they can have an email
+    // collected into a digest, which lists their items.
+    let with_item: HashSet<&UserId> = notifications
+        .iter()
+        .filter(|n| {
+            n.channel == Channel::InApp && new_keys.contains(&n.key) && off_for(n).is_none()
+        })
+        .map(|n| &n.recipient_id)
+        .collect();
     for i in key_order(notifications) {
         let n = &notifications[i];
         if !new_keys.contains(&n.key) {
             continue;
         }
+        let digest = if n.channel == Channel::Email && with_item.contains(&n.recipient_id) {
+            let periodic = settings
+                .get(&(n.recipient_id.clone(), Channel::Email))
+                .and_then(|r| match r.setting {
+                    Setting::Daily => Some(Period::Daily),
+                    Setting::Weekly => Some(Period::Weekly),
+                    _ => None,
+                });
+            match periodic {
+                Some(period) => Some(DigestSource::Periodic(period)),
+                None => rules.email_digest.as_ref().map(|_| DigestSource::Rule),
+            }
+        } else {
+            None
+        };
         let delivery = |endpoint_id, status, reason| PlannedDelivery {
             key: n.key.clone(),
             recipient_id: n.recipient_id.clone(),
@@ -205,15 +264,9 @@ pub fn plan_fanout(
             } else {
                 None
             },
-            digested: reason == Some(DIGESTED),
+            digest: digest.filter(|_| reason == Some(DIGESTED)),
         };
-        let off = if settings.is_empty() {
-            None
-        } else {
-            settings
-                .get(&(n.recipient_id.clone(), n.channel))
-                .filter(|r| r.setting == Setting::Off)
-        };
+        let off = off_for(n);
         let status = match n.channel {
             _ if off.is_some() => {
                 let level = off.map_or(Level::Fallback, |r| r.level);
@@ -232,9 +285,7 @@ pub fn plan_fanout(
                     .push((n.recipient_id.clone(), n.key.clone()));
                 NotificationStatus::Created
             }
-            Channel::Email
-                if with_email.contains(&n.recipient_id) && rules.email_digest.is_some() =>
-            {
+            Channel::Email if with_email.contains(&n.recipient_id) && digest.is_some() => {
                 plan.deliveries
                     .push(delivery(None, DeliveryStatus::Skipped, Some(DIGESTED)));
                 NotificationStatus::Created
@@ -661,7 +712,7 @@ mod tests {
                     d.channel,
                     d.status,
                     d.reason,
-                    d.digested,
+                    d.digest == Some(DigestSource::Rule),
                 )
             })
             .collect();
@@ -676,5 +727,58 @@ mod tests {
         );
         assert_eq!(plan.statuses, vec![Created, Created, Created, Skipped]);
         assert!(!plan.wake_outbox);
+    }
+
+    #[test]
+    fn a_daily_preference_wins_over_the_rule_and_without_an_item_nothing_is_digested() {
+        let notes = notes(&["ann", "bob", "cat"], &[InApp, Email]);
+        let new_keys: HashSet<String> = notes.iter().map(|n| n.key.clone()).collect();
+        let with_email: HashSet<UserId> = [user("ann"), user("bob"), user("cat")]
+            .into_iter()
+            .collect();
+        let rules = DeliveryRules {
+            email_digest: Some(
+                crate::alerts::delivery::DigestRule::parse("d", "1h", None, Some("read"), None)
+                    .expect("valid"),
+            ),
+            ..DeliveryRules::default()
+        };
+        let resolved = |setting| Resolution {
+            setting,
+            level: Level::UserCategory,
+        };
+        let settings: Settings = [
+            ((user("ann"), Email), resolved(Setting::Daily)),
+            ((user("bob"), Email), resolved(Setting::Weekly)),
+            // Cat gets no in-app item: her email cannot list one, so it is
+            // sent as it is rather than digested.
+            ((user("cat"), InApp), resolved(Setting::Off)),
+        ]
+        .into_iter()
+        .collect();
+        let plan = plan_fanout(&notes, &new_keys, &with_email, &[], &settings, &rules);
+        let emails: Vec<(String, DeliveryStatus, Option<DigestSource>)> = plan
+            .deliveries
+            .iter()
+            .filter(|d| d.channel == Email)
+            .map(|d| (d.recipient_id.to_string(), d.status, d.digest))
+            .collect();
+        assert_eq!(
+            emails,
+            vec![
+                (
+                    "ann".into(),
+                    SkippedRow,
+                    Some(DigestSource::Periodic(Period::Daily))
+                ),
+                (
+                    "bob".into(),
+                    SkippedRow,
+                    Some(DigestSource::Periodic(Period::Weekly))
+                ),
+                ("cat".into(), Pending, None),
+            ]
+        );
+        assert!(plan.wake_outbox);
     }
 }

@@ -69,7 +69,7 @@ impl QuietHours {
 /// The instant a local clock in `zone` reads `time` on `date`: the first of
 /// two in the repeated hour of a fall-back change; for a time skipped by a
 /// spring-forward change, the instant the clock jumps past it.
-fn at_local(zone: Tz, date: NaiveDate, time: NaiveTime) -> DateTime<Utc> {
+pub fn at_local(zone: Tz, date: NaiveDate, time: NaiveTime) -> DateTime<Utc> {
     let wanted = date.and_time(time);
     let mut probe = wanted;
     loop {

@@ -20,7 +20,7 @@ use crate::deliveries::status::DeliveryStatus;
 
 use super::{
     delivery::{self, DeliveryRules},
-    plan::{self, NotificationStatus},
+    plan::{self, DigestSource, NotificationStatus},
     preferences::{self, PreferencesError},
     request::{AlertRequest, Audience},
 };
@@ -227,7 +227,7 @@ pub(super) async fn fan_out(
         subject: target.subject,
         payload: target.payload,
     };
-    let digested = plan.deliveries.iter().any(|d| d.digested);
+    let digested = plan.deliveries.iter().any(|d| d.digest.is_some());
     if digested || plan.deliveries.iter().any(|d| d.wait.is_some()) {
         // Delayed and digested deliveries follow the in-app item's position,
         // so the items are written first.
@@ -265,26 +265,25 @@ pub(super) async fn fan_out(
             email_template,
         )
         .await?;
-        if let Some(rule) = target.rules.email_digest.as_ref().filter(|_| digested) {
-            let items: Vec<(String, Position)> = plan
+        if digested {
+            let items: Vec<(String, Position, DigestSource)> = plan
                 .deliveries
                 .iter()
-                .filter(|d| d.digested)
                 .filter_map(|d| {
+                    let source = d.digest?;
                     let (tx, id) = positions.get(d.recipient_id.as_str()).copied()?;
-                    Some((d.recipient_id.to_string(), Position::new(tx, id)))
+                    Some((d.recipient_id.to_string(), Position::new(tx, id), source))
                 })
                 .collect();
-            crate::deliveries::digests::append(
-                &mut *conn,
-                target.tenant,
-                target.alert_id,
-                target.event_type,
-                target.payload,
-                rule,
-                items,
-            )
-            .await?;
+            let collect = crate::deliveries::digests::Collect {
+                tenant: target.tenant,
+                alert_id: target.alert_id,
+                event_type: target.event_type,
+                payload: target.payload,
+                rule: target.rules.email_digest.as_ref(),
+                category: target.category.map(|c| c.key.as_str()),
+            };
+            crate::deliveries::digests::append(&mut *conn, &collect, items).await?;
         }
     } else {
         match email_template {

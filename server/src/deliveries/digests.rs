@@ -23,7 +23,10 @@
 //!   once, with the same id and the same content; a failed send retries on
 //!   the outbox's schedule.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Datelike, NaiveTime, Utc, Weekday};
+use chrono_tz::Tz;
 
 use sqlx::PgConnection;
 use tidings_core::{
@@ -33,13 +36,19 @@ use tidings_core::{
 use uuid::Uuid;
 
 use crate::{
-    alerts::{delivery::DigestRule, plan::preference_reason, preferences},
+    alerts::{
+        delivery::DigestRule,
+        plan::{preference_reason, DigestSource, Period},
+        preferences,
+        quiet_hours::at_local,
+    },
     db::PrimaryPool,
     deliveries::fallback::{SKIPPED_READ, SKIPPED_SEEN},
     store::{
         digests::{self as store, ClaimedDigest, Decision, DigestRow},
         feed::{item_reads, marks},
         paging::{Page, PageRequest},
+        users as users_store,
     },
 };
 
@@ -58,33 +67,142 @@ pub fn message_id(tenant: Uuid, id: i64) -> String {
     format!("<digest-{}-{id}@tidings>", tenant.simple())
 }
 
+/// The local time a daily or weekly digest is sent at, in the recipient's
+/// time zone (UTC when unset); a weekly one on Mondays.
+pub const PERIODIC_AT: NaiveTime = match NaiveTime::from_hms_opt(8, 0, 0) {
+    Some(t) => t,
+    None => panic!("08:00 is a time"),
+};
+
+/// Items listed by a daily or weekly digest (the email states the total).
+pub const PERIODIC_MAX_ITEMS: i32 = 50;
+
+/// When a `period` digest opened at `now` for a user in `zone` is sent: the
+/// first instant after `now` at which the local clock reads
+/// [`PERIODIC_AT`] (on a Monday, for weekly). A daylight-saving change
+/// neither skips a day nor gives it two: each local date has one such
+/// instant (`quiet_hours::at_local` says which, for a time a change skips
+/// or repeats).
+pub fn next_periodic_flush(now: DateTime<Utc>, zone: Tz, period: Period) -> DateTime<Utc> {
+    let mut date = now.with_timezone(&zone).date_naive();
+    loop {
+        let due = period == Period::Daily || date.weekday() == Weekday::Mon;
+        if due {
+            let at = at_local(zone, date, PERIODIC_AT);
+            if at > now {
+                return at;
+            }
+        }
+        date = date.succ_opt().unwrap_or(date);
+    }
+}
+
+/// The alert and rule a fan-out collects emails for.
+pub struct Collect<'a> {
+    pub tenant: Uuid,
+    pub alert_id: Uuid,
+    pub event_type: &'a EventType,
+    pub payload: &'a serde_json::Value,
+    /// The alert's digest rule, if any.
+    pub rule: Option<&'a DigestRule>,
+    /// The alert's category key: what a daily or weekly digest collects.
+    pub category: Option<&'a str>,
+}
+
 /// Appends one alert's in-app items to its recipients' open digests (in the
-/// alert's transaction). `items`: each digested recipient and its item.
+/// alert's transaction): the rule's digest, or the recipient's daily or
+/// weekly one. `items`: each collected recipient, its item, and which digest.
 pub async fn append(
     conn: &mut PgConnection,
-    tenant: Uuid,
-    alert_id: Uuid,
-    event_type: &EventType,
-    payload: &serde_json::Value,
-    rule: &DigestRule,
-    mut items: Vec<(String, Position)>,
+    alert: &Collect<'_>,
+    mut items: Vec<(String, Position, DigestSource)>,
 ) -> sqlx::Result<()> {
-    if items.is_empty() {
-        return Ok(());
-    }
     items.sort_by(|a, b| a.0.cmp(&b.0));
     items.dedup_by(|a, b| a.0 == b.0);
-    let digest_key = rule.digest_key(event_type.as_str(), payload);
+    let by_rule: Vec<(String, Position)> = items
+        .iter()
+        .filter(|i| i.2 == DigestSource::Rule)
+        .map(|i| (i.0.clone(), i.1))
+        .collect();
+    if let (Some(rule), false) = (alert.rule, by_rule.is_empty()) {
+        let key = rule.digest_key(alert.event_type.as_str(), alert.payload);
+        let window = i32::try_from(rule.window_secs).unwrap_or(i32::MAX);
+        let max = i32::try_from(rule.max_items).unwrap_or(i32::MAX);
+        let unless = rule.unless.map(Unless::as_str);
+        append_group(conn, alert, &key, window, max, unless, by_rule, None).await?;
+    }
+    for period in [Period::Daily, Period::Weekly] {
+        let group: Vec<(String, Position)> = items
+            .iter()
+            .filter(|i| i.2 == DigestSource::Periodic(period))
+            .map(|i| (i.0.clone(), i.1))
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let users: Vec<String> = group.iter().map(|g| g.0.clone()).collect();
+        let zones: HashMap<String, Tz> =
+            users_store::list_user_timezones(&mut *conn, alert.tenant, &users)
+                .await?
+                .into_iter()
+                .map(|(user, zone)| {
+                    // Stored zones were checked when written; unset is UTC.
+                    let zone = zone.and_then(|z| z.parse::<Tz>().ok()).unwrap_or(Tz::UTC);
+                    (user, zone)
+                })
+                .collect();
+        let now = Utc::now();
+        let flush_at = users
+            .iter()
+            .map(|u| {
+                let zone = zones.get(u).copied().unwrap_or(Tz::UTC);
+                Some(next_periodic_flush(now, zone, period))
+            })
+            .collect();
+        let key = format!(
+            "{}/{}",
+            period.as_str(),
+            alert.category.unwrap_or(alert.event_type.as_str())
+        );
+        let unless = Some(Unless::Read.as_str());
+        append_group(
+            conn,
+            alert,
+            &key,
+            0,
+            PERIODIC_MAX_ITEMS,
+            unless,
+            group,
+            Some(flush_at),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn append_group(
+    conn: &mut PgConnection,
+    alert: &Collect<'_>,
+    digest_key: &str,
+    window_secs: i32,
+    max_items: i32,
+    unless: Option<&str>,
+    items: Vec<(String, Position)>,
+    flush_at: Option<Vec<Option<DateTime<Utc>>>>,
+) -> sqlx::Result<()> {
+    let n = items.len();
     let append = store::Append {
-        tenant,
-        alert_id,
-        event_type: event_type.as_str(),
-        digest_key: &digest_key,
-        window_secs: i32::try_from(rule.window_secs).unwrap_or(i32::MAX),
-        max_items: i32::try_from(rule.max_items).unwrap_or(i32::MAX),
-        unless: rule.unless.map(Unless::as_str),
+        tenant: alert.tenant,
+        alert_id: alert.alert_id,
+        event_type: alert.event_type.as_str(),
+        digest_key,
+        window_secs,
+        max_items,
+        unless,
         item_tx: items.iter().map(|(_, p)| p.tx).collect(),
         item_id: items.iter().map(|(_, p)| p.id).collect(),
+        flush_at: flush_at.unwrap_or_else(|| vec![None; n]),
         recipients: items.into_iter().map(|(r, _)| r).collect(),
     };
     store::append_items(&mut *conn, &append).await?;
@@ -237,4 +355,84 @@ pub async fn list(
     )
     .await?;
     Ok(page.page(rows, |row| &row.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::{Duration, NaiveDate, TimeZone};
+
+    use super::*;
+
+    fn berlin() -> Tz {
+        "Europe/Berlin".parse().expect("zone")
+    }
+
+    /// Every 10 minutes across a change: each opened digest is due at 08:00
+    /// local, after it was opened, within a day and the change's hour, and
+    /// each local date gets exactly one due instant: none skipped, none twice.
+    fn one_per_local_day(from: DateTime<Utc>, days: i64) {
+        let zone = berlin();
+        let mut per_date: BTreeMap<NaiveDate, DateTime<Utc>> = BTreeMap::new();
+        let mut at = from;
+        while at < from + Duration::days(days) {
+            let due = next_periodic_flush(at, zone, Period::Daily);
+            let local = due.with_timezone(&zone);
+            assert_eq!(local.time(), PERIODIC_AT, "{at} → {local}");
+            assert!(due > at && due - at <= Duration::hours(25), "{at} → {due}");
+            if let Some(other) = per_date.insert(local.date_naive(), due) {
+                assert_eq!(other, due, "two instants for {}", local.date_naive());
+            }
+            at += Duration::minutes(10);
+        }
+        let dates: Vec<NaiveDate> = per_date.keys().copied().collect();
+        for pair in dates.windows(2) {
+            assert_eq!(
+                pair[0].succ_opt(),
+                Some(pair[1]),
+                "a day skipped: {dates:?}"
+            );
+        }
+        // From noon to noon `days` later: `days` mornings, and the one after.
+        assert_eq!(dates.len() as i64, days + 1, "{dates:?}");
+    }
+
+    #[test]
+    fn a_daily_digest_is_due_once_a_day_at_eight_local_across_both_changes() {
+        // Summer time ends on 25 October 2026 (03:00 CEST → 02:00 CET).
+        one_per_local_day(Utc.with_ymd_and_hms(2026, 10, 22, 12, 0, 0).unwrap(), 6);
+        // It begins on 29 March 2026 (02:00 CET → 03:00 CEST).
+        one_per_local_day(Utc.with_ymd_and_hms(2026, 3, 26, 12, 0, 0).unwrap(), 6);
+        // 08:00 in Berlin is 06:00 UTC in summer and 07:00 in winter.
+        let zone = berlin();
+        let saturday = Utc.with_ymd_and_hms(2026, 10, 24, 9, 0, 0).unwrap();
+        let sunday = next_periodic_flush(saturday, zone, Period::Daily);
+        assert_eq!(sunday, Utc.with_ymd_and_hms(2026, 10, 25, 7, 0, 0).unwrap());
+        let before = Utc.with_ymd_and_hms(2026, 10, 24, 5, 59, 0).unwrap();
+        assert_eq!(
+            next_periodic_flush(before, zone, Period::Daily),
+            Utc.with_ymd_and_hms(2026, 10, 24, 6, 0, 0).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_weekly_digest_is_due_on_the_next_monday_at_eight_local() {
+        let zone = berlin();
+        // Thursday 22 October 2026 → Monday 26 October, after the change.
+        let thursday = Utc.with_ymd_and_hms(2026, 10, 22, 12, 0, 0).unwrap();
+        let due = next_periodic_flush(thursday, zone, Period::Weekly);
+        assert_eq!(due, Utc.with_ymd_and_hms(2026, 10, 26, 7, 0, 0).unwrap());
+        // Monday after 08:00 → the next Monday.
+        let monday_noon = Utc.with_ymd_and_hms(2026, 10, 26, 11, 0, 0).unwrap();
+        assert_eq!(
+            next_periodic_flush(monday_noon, zone, Period::Weekly),
+            Utc.with_ymd_and_hms(2026, 11, 2, 7, 0, 0).unwrap()
+        );
+        // Without a zone: UTC.
+        assert_eq!(
+            next_periodic_flush(monday_noon, Tz::UTC, Period::Daily),
+            Utc.with_ymd_and_hms(2026, 10, 27, 8, 0, 0).unwrap()
+        );
+    }
 }

@@ -25,13 +25,16 @@ pub struct PreferencesApi {
 pub const MAX_ROWS: usize = 200;
 pub const MAX_LABEL_BYTES: usize = 255;
 
-/// What a user receives on a channel. (`daily` and `weekly` are reserved for
-/// digests.)
+/// What a user receives on a channel. `daily` and `weekly` (email only):
+/// the emails are collected into one digest a day (a week, on Mondays),
+/// sent at 08:00 in the user's time zone, listing what is still unread then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 #[oai(rename_all = "snake_case")]
 pub enum SettingName {
     On,
     Off,
+    Daily,
+    Weekly,
 }
 
 impl From<SettingName> for Setting {
@@ -39,12 +42,13 @@ impl From<SettingName> for Setting {
         match s {
             SettingName::On => Setting::On,
             SettingName::Off => Setting::Off,
+            SettingName::Daily => Setting::Daily,
+            SettingName::Weekly => Setting::Weekly,
         }
     }
 }
 
-/// A stored setting as the API shows it (`daily`/`weekly` cannot be written
-/// yet, but a row holding one is shown as it is).
+/// A stored setting as the API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 #[oai(rename_all = "snake_case")]
 pub enum SettingOut {
@@ -491,6 +495,14 @@ impl PreferencesApi {
             .map(|e| EventType::parse_as("event_types[]", e.as_str()))
             .collect::<Result<Vec<_>, _>>()?;
         let d = body.defaults.clone().unwrap_or_default();
+        let digest =
+            |s: Option<SettingName>| matches!(s, Some(SettingName::Daily | SettingName::Weekly));
+        if digest(d.in_app) || digest(d.webhook) {
+            return Err(ApiError::unprocessable(
+                ProblemCode::InvalidCategory,
+                "defaults: daily and weekly are digests of email: only email may take them",
+            ));
+        }
         let defaults = [
             (Channel::InApp, d.in_app),
             (Channel::Email, d.email),

@@ -13,6 +13,8 @@ pub struct Append<'a> {
     pub alert_id: Uuid,
     pub event_type: &'a str,
     pub digest_key: &'a str,
+    /// The window of a digest this opens, from now, unless `flush_at`
+    /// gives its recipient's end.
     pub window_secs: i32,
     pub max_items: i32,
     pub unless: Option<&'a str>,
@@ -20,6 +22,9 @@ pub struct Append<'a> {
     pub recipients: Vec<String>,
     pub item_tx: Vec<i64>,
     pub item_id: Vec<i64>,
+    /// Per recipient: when a digest this opens ends (a daily digest's next
+    /// local 08:00), or `None` for `window_secs` from now.
+    pub flush_at: Vec<Option<DateTime<Utc>>>,
 }
 
 /// Appends each recipient's item to its open digest of this key, opening
@@ -36,10 +41,10 @@ pub async fn append_items(db: impl PgExecutor<'_>, append: &Append<'_>) -> sqlx:
         "WITH opened AS (
              INSERT INTO digests AS d (tenant_id, recipient_id, channel, digest_key, event_type,
                                        flush_at, next_attempt_at, max_items, unless_mark, item_count)
-             SELECT $1, r, 'email', $2, $3, now() + make_interval(secs => $4),
-                    now() + make_interval(secs => $4), $5, $6, 1
-               FROM unnest($7::text[]) AS r
-              ORDER BY r
+             SELECT $1, x.r, 'email', $2, $3, COALESCE(x.f, now() + make_interval(secs => $4)),
+                    COALESCE(x.f, now() + make_interval(secs => $4)), $5, $6, 1
+               FROM unnest($7::text[], $11::timestamptz[]) AS x(r, f)
+              ORDER BY x.r
              ON CONFLICT (tenant_id, recipient_id, channel, digest_key) WHERE status = 'open'
              DO UPDATE SET item_count = d.item_count + 1
              RETURNING d.recipient_id, d.id
@@ -60,6 +65,7 @@ pub async fn append_items(db: impl PgExecutor<'_>, append: &Append<'_>) -> sqlx:
     .bind(append.alert_id)
     .bind(&append.item_tx)
     .bind(&append.item_id)
+    .bind(&append.flush_at)
     .execute(db)
     .await
     .map(|r| r.rows_affected())

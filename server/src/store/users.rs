@@ -114,3 +114,17 @@ pub async fn list_users_with_email(
         .filter_map(|id| UserId::parse(id).ok())
         .collect())
 }
+
+/// The time zones of those of `user_ids` that have a profile (a zone may be
+/// unset).
+pub async fn list_user_timezones(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: Uuid,
+    user_ids: &[String],
+) -> sqlx::Result<Vec<(String, Option<String>)>> {
+    sqlx::query_as("SELECT user_id, timezone FROM users WHERE tenant_id = $1 AND user_id = ANY($2)")
+        .bind(tenant)
+        .bind(user_ids)
+        .fetch_all(db)
+        .await
+}

@@ -190,7 +190,7 @@ pub fn compose(event_type: &str, total: i64, lines: &[DigestLine]) -> (String, S
         (n, None) => format!("{n} new notifications"),
     };
     let mut text = format!(
-        "{total} new {event_type} notification{}\n\n",
+        "{total} new notification{}\n\n",
         if total == 1 { "" } else { "s" }
     );
     for l in lines {
@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(subject, "5 new notifications: Ann replied (c-2) and more");
         assert_eq!(
             text,
-            "5 new comment.created notifications\n\n- Ann replied (c-2)\n- comment.created (c-1)\n\nand 3 more.\n"
+            "5 new notifications\n\n- Ann replied (c-2)\n- comment.created (c-1)\n\nand 3 more.\n"
         );
         let (subject, text) = compose("comment.created", 1, &lines[..1]);
         assert_eq!(subject, "1 new notification: Ann replied (c-2)");
