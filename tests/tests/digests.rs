@@ -492,3 +492,93 @@ async fn a_daily_email_preference_collects_into_a_digest_due_at_eight_local() {
         "{due}"
     );
 }
+
+#[tokio::test]
+async fn the_options_send_the_first_at_once_hold_a_lone_item_and_slide_the_window() {
+    use tidings_tests::timestamp;
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    for u in ["ann", "bob", "cat", "dan"] {
+        user_with_email(&api, u, Some(&format!("{u}@example.com"))).await;
+    }
+    let span = |d: &Value| timestamp(&d["flush_at"]) - timestamp(&d["window_start"]);
+    // Bob: one item, no second within 1 s: due 1 s after it. Cat: a second
+    // item arrives: due at the window's end, 4 s after the first.
+    let lone = json!({"window": "4s", "second_within": "1s"});
+    post_digested(&app, &tenant, &["bob", "cat"], "Lone", lone.clone()).await;
+    post_digested(&app, &tenant, &["cat"], "Second", lone).await;
+    let bob = digests_of(&app, &tenant, "bob").await;
+    let cat = digests_of(&app, &tenant, "cat").await;
+    assert_eq!(span(&bob[0]), chrono::Duration::seconds(1), "{bob:?}");
+    assert_eq!(span(&cat[0]), chrono::Duration::seconds(4), "{cat:?}");
+    // Dan: a sliding window of 2 s, at most 3 s: the second item, half a
+    // second later, moves the end past the first's 2 s, not past 3 s.
+    let sliding = json!({"window": "2s", "max_wait": "3s"});
+    post_digested(&app, &tenant, &["dan"], "Slide 1", sliding.clone()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    post_digested(&app, &tenant, &["dan"], "Slide 2", sliding).await;
+    let dan = digests_of(&app, &tenant, "dan").await;
+    let dan_span = span(&dan[0]);
+    assert!(
+        dan_span > chrono::Duration::seconds(2) && dan_span <= chrono::Duration::seconds(3),
+        "{dan:?}"
+    );
+    // Ann: the first item's email goes at once, the window collects the rest.
+    let first = json!({"window": "2s", "send_first": true});
+    let at_once = post_digested(&app, &tenant, &["ann"], "First", first.clone()).await;
+    let page = api.get_alert_page(&at_once, "").expect(200).await;
+    let ann_email = page["deliveries"]
+        .as_array()
+        .expect("deliveries")
+        .iter()
+        .find(|d| d["channel"] == "email")
+        .expect("ann's email")
+        .clone();
+    assert_eq!(ann_email["status"], "pending", "{ann_email}");
+    post_digested(&app, &tenant, &["ann"], "Later", first).await;
+    let ann = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(ann[0]["items"], 1, "the first item is not in it: {ann:?}");
+
+    let _worker = worker(&db, &smtp, &[]).await;
+    for u in ["ann", "bob", "cat", "dan"] {
+        let d = settled(&app, &tenant, u).await;
+        assert_eq!(d[0]["status"], "sent", "{u}: {d:?}");
+    }
+    let arrived = eventually(Duration::from_secs(10), || async {
+        smtp.received().len() >= 5
+    })
+    .await;
+    assert!(arrived, "{:?}", smtp.received());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let received = smtp.received();
+    let subjects = |who: &str| -> Vec<String> {
+        let mut s: Vec<String> = received
+            .iter()
+            .filter(|m| m["rcpt_tos"] == json!([format!("{who}@example.com")]))
+            .map(|m| m["subject"].as_str().expect("subject").to_owned())
+            .collect();
+        s.sort();
+        s
+    };
+    let starts = |subjects: Vec<String>, prefixes: &[&str]| {
+        subjects.len() == prefixes.len()
+            && subjects.iter().zip(prefixes).all(|(s, p)| s.starts_with(p))
+    };
+    // Ann: the first at once (its own email), then a digest of the other.
+    assert!(
+        starts(subjects("ann"), &["First", "Later ("]),
+        "{received:?}"
+    );
+    // Bob's lone item went as an email of its own; cat's and dan's as digests.
+    assert!(starts(subjects("bob"), &["Lone ("]), "{received:?}");
+    assert!(
+        starts(subjects("cat"), &["2 new notifications: Second ("]),
+        "{received:?}"
+    );
+    assert!(
+        starts(subjects("dan"), &["2 new notifications: Slide 2 ("]),
+        "{received:?}"
+    );
+}

@@ -1360,6 +1360,21 @@ export interface components {
              *     distinct value.
              */
             key?: string | null;
+            /**
+             * @description A sliding window: each item moves the end to `window` after it, never
+             *     past `max_wait` after the first (at least `window`).
+             */
+            max_wait?: string | null;
+            /**
+             * @description Digest only if a second item arrives within this long of the first
+             *     (at most `window`); a lone item is then sent on its own.
+             */
+            second_within?: string | null;
+            /**
+             * @description The first item's email goes at once; the window collects the rest
+             *     (not with `second_within`).
+             */
+            send_first?: boolean | null;
         };
         /**
          * EventBatchIn

@@ -100,6 +100,32 @@ pub struct DigestRule {
     /// splits the event type's digests: one per distinct value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// A sliding window: each item moves the end to `window` after it, but
+    /// never past `max_wait` after the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait_secs: Option<u32>,
+    /// Digest only if a second item arrives within this long of the first:
+    /// a lone item is flushed then, as an email of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_within_secs: Option<u32>,
+    /// The first item's email goes at once; the window collects the rest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub send_first: bool,
+}
+
+/// How an open digest's end moves when an item joins it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowEnd {
+    /// `window` after the first item (a lone first item may be due sooner:
+    /// `second_within`).
+    Fixed { window_secs: u32 },
+    /// `window` after the newest item, at most `max_wait` after the first.
+    Sliding {
+        window_secs: u32,
+        max_wait_secs: u32,
+    },
+    /// Set when the digest opens (a daily or weekly digest), never moved.
+    Set,
 }
 
 impl DigestRule {
@@ -142,11 +168,84 @@ impl DigestRule {
             max_items,
             unless,
             key: key.map(str::to_owned),
+            max_wait_secs: None,
+            second_within_secs: None,
+            send_first: false,
         })
+    }
+
+    /// The rule with its options: `max_wait` (a sliding window, at least
+    /// `window`), `second_within` (at most `window`) or `send_first` (not
+    /// with `second_within`: one sends the first item, the other holds it).
+    pub fn with_options(
+        mut self,
+        field: &str,
+        max_wait: Option<&str>,
+        second_within: Option<&str>,
+        send_first: bool,
+    ) -> Result<DigestRule, InvalidRules> {
+        let duration = |name: &str, text: &str| {
+            parse_delay(text).ok_or_else(|| {
+                InvalidRules(format!(
+                    "{field}.{name} must be a whole number of s, m, h or d (e.g. 1h), between 1s and 7d; got {text:?}"
+                ))
+            })
+        };
+        if let Some(text) = max_wait {
+            let secs = duration("max_wait", text)?;
+            if secs < self.window_secs {
+                return Err(InvalidRules(format!(
+                    "{field}.max_wait must be at least {field}.window"
+                )));
+            }
+            self.max_wait_secs = Some(secs);
+        }
+        if let Some(text) = second_within {
+            let secs = duration("second_within", text)?;
+            if secs > self.window_secs {
+                return Err(InvalidRules(format!(
+                    "{field}.second_within must be at most {field}.window"
+                )));
+            }
+            if send_first {
+                return Err(InvalidRules(format!(
+                    "{field}.send_first and {field}.second_within exclude each other: one sends the first item at once, the other holds it"
+                )));
+            }
+            self.second_within_secs = Some(secs);
+        }
+        self.send_first = send_first;
+        Ok(self)
+    }
+
+    /// How the window's end moves.
+    pub fn window_end(&self) -> WindowEnd {
+        match self.max_wait_secs {
+            Some(max_wait_secs) => WindowEnd::Sliding {
+                window_secs: self.window_secs,
+                max_wait_secs,
+            },
+            None => WindowEnd::Fixed {
+                window_secs: self.window_secs,
+            },
+        }
+    }
+
+    /// How long after the first item a digest this rule opens is due.
+    pub fn first_due_secs(&self) -> u32 {
+        self.second_within_secs.unwrap_or(self.window_secs)
     }
 
     pub fn window_text(&self) -> String {
         duration_text(self.window_secs)
+    }
+
+    pub fn max_wait_text(&self) -> Option<String> {
+        self.max_wait_secs.map(duration_text)
+    }
+
+    pub fn second_within_text(&self) -> Option<String> {
+        self.second_within_secs.map(duration_text)
     }
 
     /// The digest key of an alert of `event_type` with `payload`: the event
@@ -384,6 +483,57 @@ mod tests {
             let err = DigestRule::parse("d", window, max, unless, key).unwrap_err();
             assert!(err.0.starts_with(field), "{err}");
         }
+    }
+
+    #[test]
+    fn digest_options_check_each_other() {
+        let rule = || DigestRule::parse("d", "10m", None, None, None).expect("valid");
+        let sliding = rule()
+            .with_options("d", Some("1h"), None, false)
+            .expect("valid");
+        assert_eq!(
+            sliding.window_end(),
+            WindowEnd::Sliding {
+                window_secs: 600,
+                max_wait_secs: 3_600
+            }
+        );
+        let lone = rule()
+            .with_options("d", None, Some("2m"), false)
+            .expect("valid");
+        assert_eq!(
+            (lone.first_due_secs(), lone.window_end()),
+            (120, WindowEnd::Fixed { window_secs: 600 })
+        );
+        assert_eq!(rule().first_due_secs(), 600);
+        assert!(
+            rule()
+                .with_options("d", None, None, true)
+                .expect("valid")
+                .send_first
+        );
+        for (max_wait, second, first, field) in [
+            (Some("5m"), None, false, "d.max_wait must be at least"),
+            (Some("soon"), None, false, "d.max_wait must be a whole"),
+            (None, Some("11m"), false, "d.second_within must be at most"),
+            (None, Some("1m"), true, "d.send_first and d.second_within"),
+        ] {
+            let err = rule()
+                .with_options("d", max_wait, second, first)
+                .unwrap_err();
+            assert!(err.0.starts_with(field), "{err}");
+        }
+        assert_eq!(
+            DeliveryRules::from_stored(Some(
+                DeliveryRules {
+                    email_digest: Some(sliding.clone()),
+                    ..DeliveryRules::default()
+                }
+                .to_json()
+            ))
+            .email_digest,
+            Some(sliding)
+        );
     }
 
     #[test]

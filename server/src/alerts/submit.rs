@@ -228,6 +228,9 @@ pub(super) async fn fan_out(
         payload: target.payload,
     };
     let digested = plan.deliveries.iter().any(|d| d.digest.is_some());
+    // Recipients whose collected email was queued after all (the first item
+    // of a `send_first` digest).
+    let mut released: Vec<String> = Vec::new();
     if digested || plan.deliveries.iter().any(|d| d.wait.is_some()) {
         // Delayed and digested deliveries follow the in-app item's position,
         // so the items are written first.
@@ -283,7 +286,7 @@ pub(super) async fn fan_out(
                 rule: target.rules.email_digest.as_ref(),
                 category: target.category.map(|c| c.key.as_str()),
             };
-            crate::deliveries::digests::append(&mut *conn, &collect, items).await?;
+            released = crate::deliveries::digests::append(&mut *conn, &collect, items).await?;
         }
     } else {
         match email_template {
@@ -316,13 +319,16 @@ pub(super) async fn fan_out(
         )
         .await?;
     }
-    if plan.wake_outbox && !target.category.is_some_and(|c| c.critical) {
+    let wake_outbox = plan.wake_outbox || !released.is_empty();
+    if wake_outbox && !target.category.is_some_and(|c| c.critical) {
         let mut queued: Vec<&str> = plan
             .deliveries
             .iter()
             .filter(|d| d.status == DeliveryStatus::Pending && d.channel != Channel::InApp)
             .map(|d| d.recipient_id.as_str())
+            .chain(released.iter().map(String::as_str))
             .collect();
+        queued.sort_unstable();
         queued.dedup();
         crate::alerts::quiet_hours::hold_new_deliveries(
             &mut *conn,
@@ -332,7 +338,7 @@ pub(super) async fn fan_out(
         )
         .await?;
     }
-    if plan.wake_outbox {
+    if wake_outbox {
         delivery_store::notify_outbox(&mut *conn, target.tenant).await?;
     }
     Ok(outcomes(&plan.statuses))

@@ -37,8 +37,8 @@ use uuid::Uuid;
 
 use crate::{
     alerts::{
-        delivery::DigestRule,
-        plan::{preference_reason, DigestSource, Period},
+        delivery::{DigestRule, WindowEnd},
+        plan::{preference_reason, DigestSource, Period, DIGESTED},
         preferences,
         quiet_hours::at_local,
     },
@@ -51,6 +51,10 @@ use crate::{
         users as users_store,
     },
 };
+
+/// The reason of a `send_first` digest that collected nothing after the
+/// first item (whose email went at once).
+pub const NOTHING_MORE: &str = "nothing arrived after the first item, which was sent at once";
 
 /// The reason of a digest skipped because the recipient has no address.
 pub const NO_EMAIL: &str = "recipient has no email address";
@@ -75,7 +79,7 @@ pub const PERIODIC_AT: NaiveTime = match NaiveTime::from_hms_opt(8, 0, 0) {
 };
 
 /// Items listed by a daily or weekly digest (the email states the total).
-pub const PERIODIC_MAX_ITEMS: i32 = 50;
+pub const PERIODIC_MAX_ITEMS: u32 = 50;
 
 /// When a `period` digest opened at `now` for a user in `zone` is sent: the
 /// first instant after `now` at which the local clock reads
@@ -112,11 +116,14 @@ pub struct Collect<'a> {
 /// Appends one alert's in-app items to its recipients' open digests (in the
 /// alert's transaction): the rule's digest, or the recipient's daily or
 /// weekly one. `items`: each collected recipient, its item, and which digest.
+/// Answers the recipients whose email was queued again instead: the first
+/// item of a `send_first` digest goes at once.
 pub async fn append(
     conn: &mut PgConnection,
     alert: &Collect<'_>,
     mut items: Vec<(String, Position, DigestSource)>,
-) -> sqlx::Result<()> {
+) -> sqlx::Result<Vec<String>> {
+    let mut released = Vec::new();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     items.dedup_by(|a, b| a.0 == b.0);
     let by_rule: Vec<(String, Position)> = items
@@ -126,10 +133,25 @@ pub async fn append(
         .collect();
     if let (Some(rule), false) = (alert.rule, by_rule.is_empty()) {
         let key = rule.digest_key(alert.event_type.as_str(), alert.payload);
-        let window = i32::try_from(rule.window_secs).unwrap_or(i32::MAX);
-        let max = i32::try_from(rule.max_items).unwrap_or(i32::MAX);
-        let unless = rule.unless.map(Unless::as_str);
-        append_group(conn, alert, &key, window, max, unless, by_rule, None).await?;
+        let shape = Shape {
+            first_due_secs: rule.first_due_secs(),
+            end: rule.window_end(),
+            send_first: rule.send_first,
+            max_items: rule.max_items,
+            unless: rule.unless,
+        };
+        let first_sent = append_group(conn, alert, &key, &shape, by_rule, None).await?;
+        if !first_sent.is_empty() {
+            store::release_collected_emails(
+                &mut *conn,
+                alert.tenant,
+                alert.alert_id,
+                &first_sent,
+                DIGESTED,
+            )
+            .await?;
+        }
+        released = first_sent;
     }
     for period in [Period::Daily, Period::Weekly] {
         let group: Vec<(String, Position)> = items
@@ -164,49 +186,63 @@ pub async fn append(
             period.as_str(),
             alert.category.unwrap_or(alert.event_type.as_str())
         );
-        let unless = Some(Unless::Read.as_str());
-        append_group(
-            conn,
-            alert,
-            &key,
-            0,
-            PERIODIC_MAX_ITEMS,
-            unless,
-            group,
-            Some(flush_at),
-        )
-        .await?;
+        let shape = Shape {
+            first_due_secs: 0,
+            end: WindowEnd::Set,
+            send_first: false,
+            max_items: PERIODIC_MAX_ITEMS,
+            unless: Some(Unless::Read),
+        };
+        append_group(conn, alert, &key, &shape, group, Some(flush_at)).await?;
     }
-    Ok(())
+    Ok(released)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a digest opened by a group of items looks like.
+struct Shape {
+    first_due_secs: u32,
+    end: WindowEnd,
+    send_first: bool,
+    max_items: u32,
+    unless: Option<Unless>,
+}
+
 async fn append_group(
     conn: &mut PgConnection,
     alert: &Collect<'_>,
     digest_key: &str,
-    window_secs: i32,
-    max_items: i32,
-    unless: Option<&str>,
+    shape: &Shape,
     items: Vec<(String, Position)>,
     flush_at: Option<Vec<Option<DateTime<Utc>>>>,
-) -> sqlx::Result<()> {
+) -> sqlx::Result<Vec<String>> {
     let n = items.len();
+    let secs = |s: u32| i32::try_from(s).unwrap_or(i32::MAX);
+    let (end_mode, window_secs, max_wait_secs) = match shape.end {
+        WindowEnd::Fixed { window_secs } => ("fixed", window_secs, 0),
+        WindowEnd::Sliding {
+            window_secs,
+            max_wait_secs,
+        } => ("sliding", window_secs, max_wait_secs),
+        WindowEnd::Set => ("set", 0, 0),
+    };
     let append = store::Append {
         tenant: alert.tenant,
         alert_id: alert.alert_id,
         event_type: alert.event_type.as_str(),
         digest_key,
-        window_secs,
-        max_items,
-        unless,
+        first_due_secs: secs(shape.first_due_secs),
+        end_mode,
+        window_secs: secs(window_secs),
+        max_wait_secs: secs(max_wait_secs),
+        send_first: shape.send_first,
+        max_items: secs(shape.max_items),
+        unless: shape.unless.map(Unless::as_str),
         item_tx: items.iter().map(|(_, p)| p.tx).collect(),
         item_id: items.iter().map(|(_, p)| p.id).collect(),
         flush_at: flush_at.unwrap_or_else(|| vec![None; n]),
         recipients: items.into_iter().map(|(r, _)| r).collect(),
     };
-    store::append_items(&mut *conn, &append).await?;
-    Ok(())
+    store::append_items(&mut *conn, &append).await
 }
 
 /// Decides a claimed open digest's content, in a transaction of its own.
@@ -264,8 +300,9 @@ async fn decide_in(conn: &mut PgConnection, digest: &ClaimedDigest) -> sqlx::Res
         .map(|&(tx, id)| (Position::new(tx, id), read_one_by_one.contains(&id)))
         .collect();
     let content = match unless {
+        // A send-first digest that collected nothing after its first item.
+        _ if positions.is_empty() => DigestContent::Empty(Fallback::Send),
         Some(unless) => decide_digest(&positions, unless, &marks),
-        None if positions.is_empty() => DigestContent::Empty(Fallback::SkipRead),
         None => DigestContent::Send((0..positions.len()).collect()),
     };
     let mark = unless.map(|u| {
@@ -293,7 +330,8 @@ async fn decide_in(conn: &mut PgConnection, digest: &ClaimedDigest) -> sqlx::Res
             mark,
             reason: Some(match why {
                 Fallback::SkipSeen => SKIPPED_SEEN,
-                _ => SKIPPED_READ,
+                Fallback::SkipRead => SKIPPED_READ,
+                Fallback::Send => NOTHING_MORE,
             }),
             included_tx: Vec::new(),
             included_id: Vec::new(),

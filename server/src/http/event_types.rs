@@ -73,6 +73,21 @@ pub struct DigestRuleIn {
     #[oai(skip_serializing_if_is_none)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// A sliding window: each item moves the end to `window` after it, never
+    /// past `max_wait` after the first (at least `window`).
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<String>,
+    /// Digest only if a second item arrives within this long of the first
+    /// (at most `window`); a lone item is then sent on its own.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_within: Option<String>,
+    /// The first item's email goes at once; the window collects the rest
+    /// (not with `second_within`).
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_first: Option<bool>,
 }
 
 /// Delivery rules per channel. In-app is always delivered at once; a rule
@@ -114,13 +129,22 @@ impl DeliveryRulesIn {
                         "delivery.email takes digest or delay and unless, not both".into(),
                     ));
                 }
-                rules.email_digest = Some(DigestRule::parse(
-                    "delivery.email.digest",
-                    &d.window,
-                    d.max_items,
-                    d.unless.as_deref(),
-                    d.key.as_deref(),
-                )?);
+                let field = "delivery.email.digest";
+                rules.email_digest = Some(
+                    DigestRule::parse(
+                        field,
+                        &d.window,
+                        d.max_items,
+                        d.unless.as_deref(),
+                        d.key.as_deref(),
+                    )?
+                    .with_options(
+                        field,
+                        d.max_wait.as_deref(),
+                        d.second_within.as_deref(),
+                        d.send_first.unwrap_or(false),
+                    )?,
+                );
             }
         }
         if let Some(r) = &self.webhook {
@@ -148,6 +172,9 @@ impl DeliveryRulesIn {
                 max_items: Some(d.max_items),
                 unless: d.unless.map(|u| u.as_str().to_owned()),
                 key: d.key.clone(),
+                max_wait: d.max_wait_text(),
+                second_within: d.second_within_text(),
+                send_first: d.send_first.then_some(true),
             }),
             ..ChannelRuleIn::default()
         });

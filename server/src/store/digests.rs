@@ -13,52 +13,74 @@ pub struct Append<'a> {
     pub alert_id: Uuid,
     pub event_type: &'a str,
     pub digest_key: &'a str,
-    /// The window of a digest this opens, from now, unless `flush_at`
+    /// A digest this opens is due this long from now, unless `flush_at`
     /// gives its recipient's end.
+    pub first_due_secs: i32,
+    /// How a digest's end moves when an item joins it: `fixed` (to
+    /// `window_secs` after the first item, never earlier), `sliding` (to
+    /// `window_secs` after this item, at most `max_wait_secs` after the
+    /// first) or `set` (never).
+    pub end_mode: &'a str,
     pub window_secs: i32,
+    pub max_wait_secs: i32,
+    /// A digest this opens does not take the first item: its email goes at once.
+    pub send_first: bool,
     pub max_items: i32,
     pub unless: Option<&'a str>,
     /// One per recipient (each at most once), with its in-app item.
     pub recipients: Vec<String>,
     pub item_tx: Vec<i64>,
     pub item_id: Vec<i64>,
-    /// Per recipient: when a digest this opens ends (a daily digest's next
-    /// local 08:00), or `None` for `window_secs` from now.
     pub flush_at: Vec<Option<DateTime<Utc>>>,
 }
 
 /// Appends each recipient's item to its open digest of this key, opening
-/// one (due at the end of the window from now) when there is none. One
-/// statement. An open digest that a flush has locked is waited for; once
-/// the flush commits it is no longer open, and the item opens the next one:
-/// every item lands in exactly one digest. Recipients are taken in order,
-/// so two alerts appending for the same users lock their rows in one order.
-pub async fn append_items(db: impl PgExecutor<'_>, append: &Append<'_>) -> sqlx::Result<u64> {
+/// one when there is none, and answers the recipients for whom it opened
+/// one without the item (`send_first`). One statement. An open digest that
+/// a flush has locked is waited for; once the flush commits it is no
+/// longer open, and the item opens the next one: every item lands in
+/// exactly one digest. Recipients are taken in order, so two alerts
+/// appending for the same users lock their rows in one order.
+pub async fn append_items(
+    db: impl PgExecutor<'_>,
+    append: &Append<'_>,
+) -> sqlx::Result<Vec<String>> {
     if append.recipients.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    sqlx::query(
+    const END: &str = "CASE $12
+             WHEN 'fixed' THEN GREATEST(d.flush_at, d.window_start + make_interval(secs => $13))
+             WHEN 'sliding' THEN GREATEST(d.flush_at, LEAST(now() + make_interval(secs => $13),
+                                                        d.window_start + make_interval(secs => $14)))
+             ELSE d.flush_at END";
+    sqlx::query_scalar(&format!(
         "WITH opened AS (
              INSERT INTO digests AS d (tenant_id, recipient_id, channel, digest_key, event_type,
                                        flush_at, next_attempt_at, max_items, unless_mark, item_count)
              SELECT $1, x.r, 'email', $2, $3, COALESCE(x.f, now() + make_interval(secs => $4)),
-                    COALESCE(x.f, now() + make_interval(secs => $4)), $5, $6, 1
+                    COALESCE(x.f, now() + make_interval(secs => $4)), $5, $6,
+                    CASE WHEN $15 THEN 0 ELSE 1 END
                FROM unnest($7::text[], $11::timestamptz[]) AS x(r, f)
               ORDER BY x.r
              ON CONFLICT (tenant_id, recipient_id, channel, digest_key) WHERE status = 'open'
-             DO UPDATE SET item_count = d.item_count + 1
-             RETURNING d.recipient_id, d.id
+             DO UPDATE SET item_count = d.item_count + 1, flush_at = {END}, next_attempt_at = {END}
+             RETURNING d.recipient_id, d.id, (d.xmax = 0) AS fresh
+         ),
+         items AS (
+             INSERT INTO digest_items (tenant_id, digest_id, item_tx, item_id, alert_id)
+             SELECT $1, o.id, x.tx, x.iid, $8
+               FROM opened o
+               JOIN unnest($7::text[], $9::bigint[], $10::bigint[]) AS x(r, tx, iid)
+                 ON x.r = o.recipient_id
+              WHERE NOT (o.fresh AND $15)
+             ON CONFLICT DO NOTHING
          )
-         INSERT INTO digest_items (tenant_id, digest_id, item_tx, item_id, alert_id)
-         SELECT $1, o.id, x.tx, x.iid, $8
-           FROM opened o
-           JOIN unnest($7::text[], $9::bigint[], $10::bigint[]) AS x(r, tx, iid) ON x.r = o.recipient_id
-         ON CONFLICT DO NOTHING",
-    )
+         SELECT recipient_id FROM opened WHERE fresh AND $15"
+    ))
     .bind(append.tenant)
     .bind(append.digest_key)
     .bind(append.event_type)
-    .bind(f64::from(append.window_secs))
+    .bind(f64::from(append.first_due_secs))
     .bind(append.max_items)
     .bind(append.unless)
     .bind(&append.recipients)
@@ -66,6 +88,34 @@ pub async fn append_items(db: impl PgExecutor<'_>, append: &Append<'_>) -> sqlx:
     .bind(&append.item_tx)
     .bind(&append.item_id)
     .bind(&append.flush_at)
+    .bind(append.end_mode)
+    .bind(f64::from(append.window_secs))
+    .bind(f64::from(append.max_wait_secs))
+    .bind(append.send_first)
+    .fetch_all(db)
+    .await
+}
+
+/// Queues again the emails of `alert_id` to `recipients` that a digest
+/// left out (`send_first`: the first item's email goes at once). Answers
+/// how many.
+pub async fn release_collected_emails(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    alert_id: Uuid,
+    recipients: &[String],
+    collected_reason: &str,
+) -> sqlx::Result<u64> {
+    sqlx::query(
+        "UPDATE deliveries
+            SET status = 'pending', last_error = NULL, next_attempt_at = now()
+          WHERE tenant_id = $1 AND alert_id = $2 AND channel = 'email'
+            AND recipient_id = ANY($3) AND status = 'skipped' AND last_error = $4",
+    )
+    .bind(tenant)
+    .bind(alert_id)
+    .bind(recipients)
+    .bind(collected_reason)
     .execute(db)
     .await
     .map(|r| r.rows_affected())

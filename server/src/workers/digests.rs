@@ -185,7 +185,8 @@ pub fn compose(event_type: &str, total: i64, lines: &[DigestLine]) -> (String, S
         }
     };
     let subject = match (total, lines.first()) {
-        (1, Some(first)) => format!("1 new notification: {}", line(first)),
+        // A lone item (`second_within` passed without a second): its own email.
+        (1, Some(first)) => line(first),
         (n, Some(first)) => format!("{n} new notifications: {} and more", line(first)),
         (n, None) => format!("{n} new notifications"),
     };
@@ -227,7 +228,7 @@ mod tests {
             "5 new notifications\n\n- Ann replied (c-2)\n- comment.created (c-1)\n\nand 3 more.\n"
         );
         let (subject, text) = compose("comment.created", 1, &lines[..1]);
-        assert_eq!(subject, "1 new notification: Ann replied (c-2)");
+        assert_eq!(subject, "Ann replied (c-2)");
         assert!(!text.contains("more"), "{text}");
     }
 }
