@@ -534,6 +534,27 @@ impl<'a> TenantApi<'a> {
             .with_json(body)
     }
 
+    /// `categories.digest_template.put`
+    pub fn put_digest_template(&self, key: impl Display, body: &Value) -> Call<'a> {
+        self.0
+            .call(Method::PUT, format!("/v1/categories/{key}/digest-template"))
+            .with_json(body)
+    }
+
+    /// `categories.digest_template.get`
+    pub fn digest_template(&self, key: impl Display) -> Call<'a> {
+        self.0
+            .call(Method::GET, format!("/v1/categories/{key}/digest-template"))
+    }
+
+    /// `categories.digest_template.delete`
+    pub fn delete_digest_template(&self, key: impl Display) -> Call<'a, ()> {
+        self.0.call(
+            Method::DELETE,
+            format!("/v1/categories/{key}/digest-template"),
+        )
+    }
+
     /// `categories.list`
     pub fn list_categories(&self) -> Call<'a> {
         self.0.call(Method::GET, "/v1/categories".into())

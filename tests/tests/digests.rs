@@ -582,3 +582,70 @@ async fn the_options_send_the_first_at_once_hold_a_lone_item_and_slide_the_windo
         "{received:?}"
     );
 }
+
+#[tokio::test]
+async fn a_categorys_digest_template_renders_the_digest_and_a_bad_one_is_422() {
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    let template = json!({
+        "subject": "{{ total }} new comments",
+        "html": "<ul>{% for item in items %}<li>{{ item.subject }}: {{ item.payload.text }}</li>{% endfor %}</ul>{% if more %}<p>and {{ more }} more</p>{% endif %}"
+    });
+    // No such category yet: 404, nothing stored.
+    let problem = api
+        .put_digest_template("comments", &template)
+        .problem(404)
+        .await;
+    assert_eq!(problem["code"], "category_not_found", "{problem}");
+    api.put_category(
+        "comments",
+        &json!({"label": "Comments", "event_types": ["comment.created"]}),
+    )
+    .expect(201)
+    .await;
+    let bad = json!({"subject": "{{ total | nope }}", "html": "<p></p>"});
+    let problem = api.put_digest_template("comments", &bad).problem(422).await;
+    assert_eq!(problem["code"], "invalid_template", "{problem}");
+    api.digest_template("comments").problem(404).await;
+    let saved = api
+        .put_digest_template("comments", &template)
+        .expect(200)
+        .await;
+    assert_eq!(saved["subject"], template["subject"], "{saved}");
+
+    user_with_email(&api, "ann", Some("ann@example.com")).await;
+    let digest = json!({"window": "1s", "max_items": 2});
+    for (n, text) in ["first", "second", "third"].iter().enumerate() {
+        let body = alert()
+            .event_type("comment.created")
+            .fresh_entity()
+            .recipients(&["ann".to_owned()])
+            .channels(&["in_app", "email"])
+            .subject(&format!("Comment {}", n + 1))
+            .payload(json!({"text": text}))
+            .delivery(json!({"email": {"digest": digest}}))
+            .build();
+        api.create_alert(&body).expect(202).await;
+    }
+    let _worker = worker(&db, &smtp, &[]).await;
+    let d = settled(&app, &tenant, "ann").await;
+    assert_eq!(d[0]["status"], "sent", "{d:?}");
+    let arrived = eventually(Duration::from_secs(10), || async {
+        smtp.received().len() == 1
+    })
+    .await;
+    let received = smtp.received();
+    assert!(arrived, "{received:?}");
+    assert_eq!(received[0]["subject"], "3 new comments", "{received:?}");
+    let html = received[0]["html"].as_str().expect("html");
+    assert!(
+        html.contains("<li>Comment 3: third</li><li>Comment 2: second</li>")
+            && html.contains("and 1 more")
+            && !html.contains("Comment 1"),
+        "{html}"
+    );
+    api.delete_digest_template("comments").expect(204).await;
+    api.digest_template("comments").problem(404).await;
+}

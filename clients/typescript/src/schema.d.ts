@@ -902,6 +902,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/categories/{key}/digest-template": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read a category's digest template. */
+        get: operations["categories.digest_template.get"];
+        /**
+         * Save a category's digest template.
+         * @description The email a digest of this category's event types is sent as. Checked
+         *     like every template (it parses, names only vetted filters, and renders
+         *     within the sandbox's limits on a sample digest): 422 naming the part
+         *     and line otherwise; 404 for a category that does not exist. Digests
+         *     sent from now on use it.
+         */
+        put: operations["categories.digest_template.put"];
+        post?: never;
+        /** Delete a category's digest template. */
+        delete: operations["categories.digest_template.delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/templates": {
         parameters: {
             query?: never;
@@ -1375,6 +1401,32 @@ export interface components {
              *     (not with `second_within`).
              */
             send_first?: boolean | null;
+        };
+        /**
+         * DigestTemplateIn
+         * @description A category's digest template: the email listing a digest's items.
+         *     Every field is a template (minijinja syntax) over `items` (each with
+         *     `subject`, `event_type`, `entity_id`, `payload`; newest first, at most
+         *     the digest's `max_items`), `total` (items in the digest), `more` (held
+         *     but not listed), `category`, `recipient` and `unsubscribe_url`.
+         */
+        DigestTemplateIn: {
+            subject: string;
+            html: string;
+            /** @description Derived from the HTML when absent. */
+            text?: string | null;
+            /** @description `html` (default) or `mjml`. */
+            format?: components["schemas"]["BodyFormatName"] | (never | null);
+        };
+        /** DigestTemplateOut */
+        DigestTemplateOut: {
+            category: string;
+            subject: string;
+            html: string;
+            text: string | null;
+            format: components["schemas"]["BodyFormatName"];
+            /** Format: date-time */
+            updated_at: string;
         };
         /**
          * EventBatchIn
@@ -6868,6 +6920,281 @@ export interface operations {
             };
             /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.digest_template.get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The category's key. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK: a `DigestTemplateOut`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DigestTemplateOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A rate limit of the tenant or the user is used up; see Retry-After and the RateLimit headers. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.digest_template.put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The category's key. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "html": "<ul>{% for item in items %}<li>{{ item.subject }}</li>{% endfor %}</ul>{% if more %}<p>and {{ more }} more</p>{% endif %}",
+                 *       "subject": "{{ total }} new comments"
+                 *     }
+                 */
+                "application/json": components["schemas"]["DigestTemplateIn"];
+            };
+        };
+        responses: {
+            /** @description OK: a `DigestTemplateOut`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DigestTemplateOut"];
+                };
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body did not arrive within the body timeout; the connection is closed. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body exceeds the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not `application/json` (or the Content-Type header is missing). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Well-formed but invalid (e.g. an idempotency key reused with another body). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable or did not answer in time, this instance is at a capacity limit, or the tenant's share of the database pool stayed busy; retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "categories.digest_template.delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The category's key. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted: the category's digests use the built-in layout again. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is malformed (bad JSON, unknown field, bad cursor, out-of-range value). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or unknown credential. */
+            401: {
+                headers: {
+                    /** @description `Bearer`: the credential scheme. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential is valid but of the wrong kind for this endpoint. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist in this tenant. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -322,6 +322,9 @@ const ANSWERS_NOT_FOUND: &[&str] = &[
     "categories.get",
     "templates.get",
     "templates.delete",
+    "categories.digest_template.put",
+    "categories.digest_template.get",
+    "categories.digest_template.delete",
 ];
 
 /// Operations without a body that still answer 422: a path or query value
@@ -476,6 +479,11 @@ fn request_example(operation_id: &str) -> Option<serde_json::Value> {
             "html": "<p>Hello {{ recipient.display_name }}, {{ payload.amount | number }} € are due.</p>\
                      <a href=\"{{ unsubscribe_url }}\">Unsubscribe</a>",
             "sample": {"invoice": 42, "amount": 120}
+        }),
+        "categories.digest_template.put" => json!({
+            "subject": "{{ total }} new comments",
+            "html": "<ul>{% for item in items %}<li>{{ item.subject }}</li>{% endfor %}</ul>\
+                     {% if more %}<p>and {{ more }} more</p>{% endif %}"
         }),
         "templates.preview" => json!({
             "event_type": "invoice.overdue",

@@ -229,6 +229,68 @@ pub enum TemplateDeleted {
     Deleted,
 }
 
+/// A category's digest template: the email listing a digest's items.
+/// Every field is a template (minijinja syntax) over `items` (each with
+/// `subject`, `event_type`, `entity_id`, `payload`; newest first, at most
+/// the digest's `max_items`), `total` (items in the digest), `more` (held
+/// but not listed), `category`, `recipient` and `unsubscribe_url`.
+#[derive(Debug, Clone, Object)]
+#[oai(deny_unknown_fields)]
+pub struct DigestTemplateIn {
+    pub subject: String,
+    pub html: String,
+    /// Derived from the HTML when absent.
+    pub text: Option<String>,
+    /// `html` (default) or `mjml`.
+    pub format: Option<BodyFormatName>,
+}
+
+#[derive(Debug, Clone, Object)]
+pub struct DigestTemplateOut {
+    pub category: String,
+    pub subject: String,
+    pub html: String,
+    pub text: Option<String>,
+    pub format: BodyFormatName,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DigestTemplateOut {
+    fn of(category: String, content: EmailContent, updated_at: DateTime<Utc>) -> Self {
+        DigestTemplateOut {
+            category,
+            subject: content.subject,
+            html: content.html,
+            text: content.text,
+            format: match content.format {
+                BodyFormat::Mjml => BodyFormatName::Mjml,
+                BodyFormat::Html => BodyFormatName::Html,
+            },
+            updated_at,
+        }
+    }
+}
+
+#[derive(ApiResponse)]
+pub enum DigestTemplateResponse {
+    #[oai(status = 200)]
+    Ok(Json<DigestTemplateOut>),
+}
+
+#[derive(ApiResponse)]
+pub enum DigestTemplateDeleted {
+    /// Deleted: the category's digests use the built-in layout again.
+    #[oai(status = 204)]
+    Deleted,
+}
+
+fn no_digest_template(category: &str) -> ApiError {
+    ApiError::not_found(
+        ProblemCode::TemplateNotFound,
+        format!("no digest template for category {category:?}"),
+    )
+}
+
 #[derive(ApiResponse)]
 pub enum PreviewResponse {
     #[oai(status = 200)]
@@ -458,6 +520,92 @@ impl TemplatesApi {
         )
         .await?;
         Ok(TemplateDeleted::Deleted)
+    }
+
+    /// Save a category's digest template.
+    ///
+    /// The email a digest of this category's event types is sent as. Checked
+    /// like every template (it parses, names only vetted filters, and renders
+    /// within the sandbox's limits on a sample digest): 422 naming the part
+    /// and line otherwise; 404 for a category that does not exist. Digests
+    /// sent from now on use it.
+    #[oai(
+        path = "/v1/categories/:key/digest-template",
+        method = "put",
+        operation_id = "categories.digest_template.put"
+    )]
+    async fn put_digest_template(
+        &self,
+        auth: ApiKeyAuth,
+        /// The category's key.
+        key: Path<String>,
+        body: Json<DigestTemplateIn>,
+    ) -> ApiResult<DigestTemplateResponse> {
+        let body = body.0;
+        let content = EmailContent {
+            subject: body.subject,
+            html: body.html,
+            text: body.text,
+            format: match body.format {
+                Some(BodyFormatName::Mjml) => BodyFormat::Mjml,
+                _ => BodyFormat::Html,
+            },
+        };
+        let (content, updated_at) =
+            templates::digest::save(&self.state.pool, auth.0.tenant_id, &key.0, content)
+                .await
+                .map_err(|err| match err {
+                    TemplateError::NotFound => ApiError::not_found(
+                        ProblemCode::CategoryNotFound,
+                        format!(
+                            "no category {:?}; create it with PUT /v1/categories/{{key}}",
+                            key.0
+                        ),
+                    ),
+                    other => other.into(),
+                })?;
+        Ok(DigestTemplateResponse::Ok(Json(DigestTemplateOut::of(
+            key.0, content, updated_at,
+        ))))
+    }
+
+    /// Read a category's digest template.
+    #[oai(
+        path = "/v1/categories/:key/digest-template",
+        method = "get",
+        operation_id = "categories.digest_template.get"
+    )]
+    async fn get_digest_template(
+        &self,
+        auth: ApiKeyAuth,
+        /// The category's key.
+        key: Path<String>,
+    ) -> ApiResult<DigestTemplateResponse> {
+        let (content, updated_at) =
+            templates::digest::find(&self.state.pool, auth.0.tenant_id, &key.0)
+                .await?
+                .ok_or_else(|| no_digest_template(&key.0))?;
+        Ok(DigestTemplateResponse::Ok(Json(DigestTemplateOut::of(
+            key.0, content, updated_at,
+        ))))
+    }
+
+    /// Delete a category's digest template.
+    #[oai(
+        path = "/v1/categories/:key/digest-template",
+        method = "delete",
+        operation_id = "categories.digest_template.delete"
+    )]
+    async fn delete_digest_template(
+        &self,
+        auth: ApiKeyAuth,
+        /// The category's key.
+        key: Path<String>,
+    ) -> ApiResult<DigestTemplateDeleted> {
+        if !templates::digest::delete(&self.state.pool, auth.0.tenant_id, &key.0).await? {
+            return Err(no_digest_template(&key.0));
+        }
+        Ok(DigestTemplateDeleted::Deleted)
     }
 
     /// List templates.

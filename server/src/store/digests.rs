@@ -428,3 +428,59 @@ pub async fn list_recipient_digests(
     .fetch_all(db)
     .await
 }
+
+/// A category's digest template (migration 0029), as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DigestTemplateRow {
+    pub category: String,
+    pub content: serde_json::Value,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub async fn upsert_digest_template(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    category: &str,
+    content: &serde_json::Value,
+) -> sqlx::Result<DigestTemplateRow> {
+    sqlx::query_as(
+        "INSERT INTO digest_templates (tenant_id, category, content) VALUES ($1, $2, $3)
+         ON CONFLICT (tenant_id, category) DO UPDATE
+             SET content = EXCLUDED.content, updated_at = now()
+         RETURNING category, content, updated_at",
+    )
+    .bind(tenant)
+    .bind(category)
+    .bind(content)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn find_digest_template(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    category: &str,
+) -> sqlx::Result<Option<DigestTemplateRow>> {
+    sqlx::query_as(
+        "SELECT category, content, updated_at FROM digest_templates
+          WHERE tenant_id = $1 AND category = $2",
+    )
+    .bind(tenant)
+    .bind(category)
+    .fetch_optional(db)
+    .await
+}
+
+/// Answers whether there was one.
+pub async fn delete_digest_template(
+    db: impl PgExecutor<'_>,
+    tenant: Uuid,
+    category: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM digest_templates WHERE tenant_id = $1 AND category = $2")
+        .bind(tenant)
+        .bind(category)
+        .execute(db)
+        .await
+        .map(|r| r.rows_affected() == 1)
+}

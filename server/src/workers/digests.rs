@@ -9,8 +9,15 @@ use std::{sync::Arc, time::Instant};
 
 use tokio::task::JoinHandle;
 
+use tidings_core::Category;
+
 use crate::{
-    alerts::templates::email::html_from_text,
+    alerts::preferences::PreferencesError,
+    alerts::templates::{
+        digest::{self as digest_template, DigestItem, DigestVariables},
+        email::html_from_text,
+        Recipient,
+    },
     app::{config::OutboxConfig, shutdown::Shutdown},
     db::PrimaryPool,
     deliveries::digests::{self, NO_EMAIL},
@@ -134,8 +141,62 @@ impl Flusher {
         let lines =
             store::list_digest_lines(&self.pool, digest.tenant_id, digest.id, summary.max_items)
                 .await?;
-        let (subject, text) = compose(&digest.event_type, summary.total, &lines);
-        let list_category = self.list_category(email, digest).await;
+        let category = self.category(digest).await?;
+        let template = match &category {
+            Some(c) => digest_template::find(&self.pool, digest.tenant_id, &c.key).await?,
+            None => None,
+        };
+        let category_key = category.as_ref().map(|c| c.key.clone()).unwrap_or_default();
+        // One-click unsubscribe, for a non-critical category with links on.
+        let list_category = category
+            .filter(|c| !c.critical && email.unsubscribe.is_some())
+            .map(|c| c.key);
+        let (subject, text, html) = match template {
+            Some((content, _)) => {
+                let vars = DigestVariables {
+                    more: (summary.total - lines.len() as i64).max(0),
+                    total: summary.total,
+                    items: lines
+                        .into_iter()
+                        .map(|l| DigestItem {
+                            subject: l.subject,
+                            event_type: l.event_type,
+                            entity_id: l.entity_id,
+                            payload: l.payload.unwrap_or_default(),
+                        })
+                        .collect(),
+                    category: category_key,
+                    recipient: Recipient {
+                        id: digest.recipient_id.clone(),
+                        ..Recipient::default()
+                    },
+                    unsubscribe_url: self.unsubscribe_url(email, digest, list_category.as_deref()),
+                };
+                // Under the sandbox's limits, off the async threads.
+                let rendered =
+                    tokio::task::spawn_blocking(move || digest_template::render(&content, &vars))
+                        .await;
+                match rendered {
+                    Ok(Ok(email)) => (email.subject, email.text, email.html),
+                    Ok(Err(err)) => {
+                        return Ok(Completion::Dead {
+                            error: format!("the category's digest template failed: {err}"),
+                        })
+                    }
+                    Err(err) => {
+                        return Ok(Completion::Retry {
+                            after_ms: 1_000,
+                            error: format!("rendering the digest: {err}"),
+                        })
+                    }
+                }
+            }
+            None => {
+                let (subject, text) = compose(&digest.event_type, summary.total, &lines);
+                let html = html_from_text(&text);
+                (subject, text, html)
+            }
+        };
         let outcome = email
             .send_message(OutgoingEmail {
                 tenant: digest.tenant_id,
@@ -144,28 +205,44 @@ impl Flusher {
                 list_category: list_category.as_deref(),
                 message_id: digests::message_id(digest.tenant_id, digest.id),
                 subject,
-                html: html_from_text(&text),
+                html,
                 text,
             })
             .await;
         Ok(self.config.completion_of(digest.attempts, outcome))
     }
 
-    /// The event type's non-critical category, for the one-click
-    /// unsubscribe headers, when links are on.
-    async fn list_category(&self, email: &EmailSender, digest: &ClaimedDigest) -> Option<String> {
-        email.unsubscribe.as_ref()?;
-        let event_type = tidings_core::EventType::parse(digest.event_type.as_str()).ok()?;
-        let mut conn = self.pool.inner().acquire().await.ok()?;
-        let category = crate::alerts::preferences::category_for_alert(
+    /// The category of the digest's event type, if it has one.
+    async fn category(&self, digest: &ClaimedDigest) -> sqlx::Result<Option<Category>> {
+        let Ok(event_type) = tidings_core::EventType::parse(digest.event_type.as_str()) else {
+            return Ok(None);
+        };
+        let mut conn = self.pool.inner().acquire().await?;
+        match crate::alerts::preferences::category_for_alert(
             &mut conn,
             digest.tenant_id,
             None,
             &event_type,
         )
         .await
-        .ok()??;
-        (!category.critical).then_some(category.key)
+        {
+            Ok(category) => Ok(category),
+            Err(PreferencesError::Db(err)) => Err(err),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The recipient's one-click unsubscribe link for `category`, when links
+    /// are on.
+    fn unsubscribe_url(
+        &self,
+        email: &EmailSender,
+        digest: &ClaimedDigest,
+        category: Option<&str>,
+    ) -> Option<String> {
+        let list = email.unsubscribe.as_ref()?;
+        let recipient = tidings_core::UserId::parse(digest.recipient_id.as_str()).ok()?;
+        Some(list.url(digest.tenant_id, &recipient, category?))
     }
 }
 

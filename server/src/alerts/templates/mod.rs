@@ -9,6 +9,7 @@
 //! renders within the sandbox's limits on the sample data), rendered at send
 //! by the outbox worker (email) or at fan-out (in-app).
 
+pub mod digest;
 pub mod email;
 pub mod engine;
 pub mod locale;
@@ -205,14 +206,23 @@ pub fn render_email(
     locale: &str,
     vars: &Variables,
 ) -> Result<RenderedEmail, RenderError> {
-    let context = vars.context(locale);
-    let subject = engine::render(Part::Subject, &content.subject, &context)?;
-    let html = engine::render(Part::Html, &content.html, &context)?;
+    render_email_in(content, locale, &vars.context(locale))
+}
+
+/// [`render_email`] over any context: a notification's [`Variables`], or a
+/// digest's (`digest::DigestVariables`).
+pub fn render_email_in(
+    content: &EmailContent,
+    locale: &str,
+    context: &minijinja::Value,
+) -> Result<RenderedEmail, RenderError> {
+    let subject = engine::render(Part::Subject, &content.subject, context)?;
+    let html = engine::render(Part::Html, &content.html, context)?;
     let finished = email::finish_html(content.format, &html.output)
         .map_err(|message| RenderError::new(Part::Html, None, message))?;
     let (text, text_fuel) = match &content.text {
         Some(source) => {
-            let text = engine::render(Part::Text, source, &context)?;
+            let text = engine::render(Part::Text, source, context)?;
             (text.output, text.fuel)
         }
         None => (email::text_from_html(&finished), 0),
@@ -305,15 +315,7 @@ pub fn check_content(
     locale: &str,
     sample: &Variables,
 ) -> Result<u64, TemplateError> {
-    for (part, source) in content.parts() {
-        if source.len() > MAX_SOURCE_BYTES {
-            return Err(TemplateError::BadInput(format!(
-                "{} is longer than {MAX_SOURCE_BYTES} bytes",
-                part.name()
-            )));
-        }
-        engine::check(part, source).map_err(TemplateError::Invalid)?;
-    }
+    check_parts(content)?;
     let fuel = match content {
         Content::Email(e) => {
             render_email(e, locale, sample)
@@ -327,6 +329,21 @@ pub fn check_content(
         }
     };
     Ok(fuel)
+}
+
+/// Checks each part's length, syntax and names (vetted filters and tests,
+/// on every branch), before any render.
+pub fn check_parts(content: &Content) -> Result<(), TemplateError> {
+    for (part, source) in content.parts() {
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(TemplateError::BadInput(format!(
+                "{} is longer than {MAX_SOURCE_BYTES} bytes",
+                part.name()
+            )));
+        }
+        engine::check(part, source).map_err(TemplateError::Invalid)?;
+    }
+    Ok(())
 }
 
 /// Saves `content` as the `locale` variant of a template: a new version
