@@ -649,3 +649,86 @@ async fn a_categorys_digest_template_renders_the_digest_and_a_bad_one_is_422() {
     api.delete_digest_template("comments").expect(204).await;
     api.digest_template("comments").problem(404).await;
 }
+
+/// A daily digest end to end: sent once at its local time (a test hook
+/// moves 08:00 to 15 seconds from now, in Asia/Kolkata, UTC+05:30), and
+/// the next item waits for the same local time the next day. Daylight-saving
+/// changes are the schedule's unit tests (`deliveries::digests`), which
+/// cannot wait for a real one.
+#[tokio::test]
+async fn a_daily_digest_is_sent_once_at_its_local_time_and_the_next_waits_a_day() {
+    use chrono::{Duration as Span, SubsecRound, Utc};
+    use tidings_tests::timestamp;
+    let smtp = Receiver::smtp(0).await;
+    // Room for a loaded machine to start the instance and post before it.
+    let due = Utc::now().trunc_subsecs(0) + Span::seconds(15);
+    let local = (due + Span::minutes(330)).format("%H:%M:%S").to_string();
+    let (app, db) = TestApp::spawn_with(AppOptions::env([
+        ("TIDINGS_OUTBOX_WORKERS", "0"),
+        ("TIDINGS_TEST_PERIODIC_AT", local.as_str()),
+    ]))
+    .await
+    .expect("front instance");
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    api.put_category(
+        "comments",
+        &json!({"label": "Comments", "event_types": ["comment.created"]}),
+    )
+    .expect(201)
+    .await;
+    api.put_user(
+        "ann",
+        &json!({"email": "ann@example.com", "timezone": "Asia/Kolkata"}),
+    )
+    .expect(200)
+    .await;
+    api.patch_preferences(
+        "ann",
+        &json!({"settings": [{"scope": "global", "channel": "email", "setting": "daily"}]}),
+    )
+    .expect(200)
+    .await;
+    let post = |subject: &'static str| {
+        let api = app.tenant(&tenant);
+        async move {
+            let body = alert()
+                .event_type("comment.created")
+                .fresh_entity()
+                .recipients(&["ann".to_owned()])
+                .channels(&["in_app", "email"])
+                .subject(subject)
+                .build();
+            api.create_alert(&body).expect(202).await;
+        }
+    };
+    post("Before the hour").await;
+    let open = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(timestamp(&open[0]["flush_at"]), due, "{open:?}");
+    assert!(
+        Utc::now() < due,
+        "the machine was too slow to post before the hour"
+    );
+
+    let _worker = worker(&db, &smtp, &[]).await;
+    let sent = settled(&app, &tenant, "ann").await;
+    assert_eq!(sent[0]["status"], "sent", "{sent:?}");
+    assert!(timestamp(&sent[0]["sent_at"]) >= due, "{sent:?}");
+    post("After the hour").await;
+    let both = digests_of(&app, &tenant, "ann").await;
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(
+        timestamp(&both[1]["flush_at"]),
+        due + Span::days(1),
+        "the next one waits for the same local time tomorrow: {both:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let received = smtp.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert!(
+        received[0]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("Before the hour") && !b.contains("After")),
+        "{received:?}"
+    );
+}

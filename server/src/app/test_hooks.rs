@@ -48,6 +48,16 @@ pub fn digest_send_pause() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
+/// `TIDINGS_TEST_PERIODIC_AT=HH:MM:SS`: daily and weekly digests are sent
+/// at this local time instead of 08:00, so a test can see one sent.
+pub const PERIODIC_AT: &str = "TIDINGS_TEST_PERIODIC_AT";
+
+/// The time [`PERIODIC_AT`] names, if any.
+pub fn periodic_at() -> Option<chrono::NaiveTime> {
+    let text = std::env::var(PERIODIC_AT).ok()?;
+    chrono::NaiveTime::parse_from_str(&text, "%H:%M:%S").ok()
+}
+
 /// Panics when [`PANIC_ON`] is set and `payload` contains its marker.
 pub fn panic_if_poisoned(payload: &[u8]) {
     let Ok(marker) = std::env::var(PANIC_ON) else {

@@ -88,11 +88,25 @@ pub const PERIODIC_MAX_ITEMS: u32 = 50;
 /// instant (`quiet_hours::at_local` says which, for a time a change skips
 /// or repeats).
 pub fn next_periodic_flush(now: DateTime<Utc>, zone: Tz, period: Period) -> DateTime<Utc> {
+    next_flush_at(now, zone, period, periodic_at())
+}
+
+/// The local time periodic digests are sent at: [`PERIODIC_AT`], or in a
+/// test build the one `test_hooks::PERIODIC_AT` names.
+fn periodic_at() -> NaiveTime {
+    #[cfg(feature = "test-hooks")]
+    if let Some(at) = crate::app::test_hooks::periodic_at() {
+        return at;
+    }
+    PERIODIC_AT
+}
+
+fn next_flush_at(now: DateTime<Utc>, zone: Tz, period: Period, local: NaiveTime) -> DateTime<Utc> {
     let mut date = now.with_timezone(&zone).date_naive();
     loop {
         let due = period == Period::Daily || date.weekday() == Weekday::Mon;
         if due {
-            let at = at_local(zone, date, PERIODIC_AT);
+            let at = at_local(zone, date, local);
             if at > now {
                 return at;
             }
@@ -399,6 +413,11 @@ pub async fn list(
 mod tests {
     use std::collections::BTreeMap;
 
+    /// The schedule at [`PERIODIC_AT`], whatever a test hook says.
+    fn next_flush_at_8(now: DateTime<Utc>, zone: Tz, period: Period) -> DateTime<Utc> {
+        next_flush_at(now, zone, period, PERIODIC_AT)
+    }
+
     use chrono::{Duration, NaiveDate, TimeZone};
 
     use super::*;
@@ -415,7 +434,7 @@ mod tests {
         let mut per_date: BTreeMap<NaiveDate, DateTime<Utc>> = BTreeMap::new();
         let mut at = from;
         while at < from + Duration::days(days) {
-            let due = next_periodic_flush(at, zone, Period::Daily);
+            let due = next_flush_at(at, zone, Period::Daily, PERIODIC_AT);
             let local = due.with_timezone(&zone);
             assert_eq!(local.time(), PERIODIC_AT, "{at} → {local}");
             assert!(due > at && due - at <= Duration::hours(25), "{at} → {due}");
@@ -445,11 +464,11 @@ mod tests {
         // 08:00 in Berlin is 06:00 UTC in summer and 07:00 in winter.
         let zone = berlin();
         let saturday = Utc.with_ymd_and_hms(2026, 10, 24, 9, 0, 0).unwrap();
-        let sunday = next_periodic_flush(saturday, zone, Period::Daily);
+        let sunday = next_flush_at_8(saturday, zone, Period::Daily);
         assert_eq!(sunday, Utc.with_ymd_and_hms(2026, 10, 25, 7, 0, 0).unwrap());
         let before = Utc.with_ymd_and_hms(2026, 10, 24, 5, 59, 0).unwrap();
         assert_eq!(
-            next_periodic_flush(before, zone, Period::Daily),
+            next_flush_at_8(before, zone, Period::Daily),
             Utc.with_ymd_and_hms(2026, 10, 24, 6, 0, 0).unwrap()
         );
     }
@@ -459,17 +478,17 @@ mod tests {
         let zone = berlin();
         // Thursday 22 October 2026 → Monday 26 October, after the change.
         let thursday = Utc.with_ymd_and_hms(2026, 10, 22, 12, 0, 0).unwrap();
-        let due = next_periodic_flush(thursday, zone, Period::Weekly);
+        let due = next_flush_at_8(thursday, zone, Period::Weekly);
         assert_eq!(due, Utc.with_ymd_and_hms(2026, 10, 26, 7, 0, 0).unwrap());
         // Monday after 08:00 → the next Monday.
         let monday_noon = Utc.with_ymd_and_hms(2026, 10, 26, 11, 0, 0).unwrap();
         assert_eq!(
-            next_periodic_flush(monday_noon, zone, Period::Weekly),
+            next_flush_at_8(monday_noon, zone, Period::Weekly),
             Utc.with_ymd_and_hms(2026, 11, 2, 7, 0, 0).unwrap()
         );
         // Without a zone: UTC.
         assert_eq!(
-            next_periodic_flush(monday_noon, Tz::UTC, Period::Daily),
+            next_flush_at_8(monday_noon, Tz::UTC, Period::Daily),
             Utc.with_ymd_and_hms(2026, 10, 27, 8, 0, 0).unwrap()
         );
     }
