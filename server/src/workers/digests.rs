@@ -7,6 +7,8 @@
 
 use std::{sync::Arc, time::Instant};
 
+use futures::StreamExt;
+
 use tokio::task::JoinHandle;
 
 use tidings_core::Category;
@@ -34,6 +36,9 @@ use crate::{
 
 /// Digests leased per claim.
 const BATCH: u32 = 32;
+/// Digests of a batch flushed at once: each decision holds a pooled
+/// connection for a few statements, and the pool serves requests too.
+const FLUSH_CONCURRENCY: usize = 8;
 
 pub fn spawn(
     pool: PrimaryPool,
@@ -84,13 +89,18 @@ impl Flusher {
                 }
                 continue;
             }
-            for digest in batch {
-                if let Err(err) = self.flush(&digest, claimed_at, &shutdown).await {
-                    // The lease ends and the digest is claimed again: an
-                    // open one is decided again, a decided one sent.
-                    tracing::warn!(digest = digest.id, tenant = %digest.tenant_id, error = %err, "flushing a digest failed");
-                }
-            }
+            // Daily digests fall due together (08:00 in a zone): flushed a
+            // few at a time, each holding one connection while it decides.
+            let shutdown_now = &shutdown;
+            futures::stream::iter(batch)
+                .for_each_concurrent(FLUSH_CONCURRENCY, |digest| async move {
+                    if let Err(err) = self.flush(&digest, claimed_at, shutdown_now).await {
+                        // The lease ends and the digest is claimed again: an
+                        // open one is decided again, a decided one sent.
+                        tracing::warn!(digest = digest.id, tenant = %digest.tenant_id, error = %err, "flushing a digest failed");
+                    }
+                })
+                .await;
         }
     }
 
