@@ -206,3 +206,11 @@ impl AlertBody {
         body
     }
 }
+
+/// `at` as a local time (`HH:MM:SS`) in Asia/Kolkata (UTC+05:30, no
+/// daylight saving): for quiet hours, which are kept in the user's zone.
+pub fn kolkata(at: chrono::DateTime<chrono::Utc>) -> String {
+    (at + chrono::Duration::minutes(330))
+        .format("%H:%M:%S")
+        .to_string()
+}

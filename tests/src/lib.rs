@@ -46,8 +46,8 @@ pub use app::{
 pub use cluster::{checkout_port, Cluster, HaCluster, HaNode, HaTopology};
 pub use db::{admin_url, TestDb};
 pub use fixtures::{
-    alert, member_of, member_of_with, post_event, post_served_event, user_with_email, AlertBody,
-    TenantFixture,
+    alert, kolkata, member_of, member_of_with, post_event, post_served_event, user_with_email,
+    AlertBody, TenantFixture,
 };
 pub use process::{tidings_bin, TidingsProcess};
 pub use receivers::Receiver;

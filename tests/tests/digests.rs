@@ -732,3 +732,41 @@ async fn a_daily_digest_is_sent_once_at_its_local_time_and_the_next_waits_a_day(
         "{received:?}"
     );
 }
+
+/// Quiet hours hold a digest: due inside them, it keeps collecting and is
+/// decided and sent at their end.
+#[tokio::test]
+async fn a_digest_due_inside_quiet_hours_is_sent_at_their_end() {
+    use chrono::{Duration as Span, SubsecRound, Utc};
+    use tidings_tests::{kolkata, timestamp};
+    let smtp = Receiver::smtp(0).await;
+    let (app, db) = front().await;
+    let tenant = app.create_tenant().await;
+    let api = app.tenant(&tenant);
+    let now = Utc::now().trunc_subsecs(0);
+    let end = now + Span::seconds(12);
+    api.put_user(
+        "ann",
+        &json!({"email": "ann@example.com", "timezone": "Asia/Kolkata",
+                "quiet_hours": {"start": kolkata(now - Span::minutes(1)), "end": kolkata(end)}}),
+    )
+    .expect(200)
+    .await;
+    post_digested(&app, &tenant, &["ann"], "Held", json!({"window": "1s"})).await;
+    let _worker = worker(&db, &smtp, &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = digests_of(&app, &tenant, "ann").await;
+    assert!(
+        Utc::now() < end,
+        "the machine was too slow to see the hold before its end"
+    );
+    assert_eq!(
+        held[0]["status"], "open",
+        "held, still collecting: {held:?}"
+    );
+    assert!(smtp.received().is_empty(), "{:?}", smtp.received());
+    let sent = settled(&app, &tenant, "ann").await;
+    assert_eq!(sent[0]["status"], "sent", "{sent:?}");
+    assert!(timestamp(&sent[0]["sent_at"]) >= end, "{sent:?}");
+    assert!(timestamp(&sent[0]["decided_at"]) >= end, "{sent:?}");
+}

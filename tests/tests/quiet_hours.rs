@@ -5,21 +5,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Duration as Span, Timelike, Utc};
+use chrono::{Duration as Span, Timelike, Utc};
 use serde_json::json;
-use tidings_tests::{alert, eventually, timestamp, worker_env, AppOptions, Receiver, TestApp};
-
-/// `at` as a local time in Asia/Kolkata (UTC+05:30, no daylight saving): the
-/// window is kept in the user's zone, not in UTC.
-fn kolkata(at: DateTime<Utc>) -> String {
-    let local = at + Span::minutes(330);
-    format!(
-        "{:02}:{:02}:{:02}",
-        local.hour(),
-        local.minute(),
-        local.second()
-    )
-}
+use tidings_tests::{
+    alert, eventually, kolkata, timestamp, worker_env, AppOptions, Receiver, TestApp,
+};
 
 #[tokio::test]
 async fn an_email_inside_quiet_hours_waits_for_their_end_and_a_critical_one_passes() {

@@ -909,7 +909,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Read a category's digest template. */
+        /**
+         * Read a category's digest template.
+         * @description 404 when the category has none (its digests use the built-in layout).
+         */
         get: operations["categories.digest_template.get"];
         /**
          * Save a category's digest template.
@@ -921,7 +924,11 @@ export interface paths {
          */
         put: operations["categories.digest_template.put"];
         post?: never;
-        /** Delete a category's digest template. */
+        /**
+         * Delete a category's digest template.
+         * @description Digests sent from now on use the built-in layout. 404 when the
+         *     category has none.
+         */
         delete: operations["categories.digest_template.delete"];
         options?: never;
         head?: never;

@@ -2,11 +2,12 @@
 //! into one email, whose content is decided at the flush, exactly, against
 //! the read watermark (ARCHITECTURE.md, "Digests").
 //!
-//! - **Collect.** An alert whose email rule is a digest writes the alert's
-//!   own email delivery `skipped` ("collected into a digest") and appends
-//!   each recipient's in-app item, by reference, to that recipient's open
-//!   digest of the key, in the alert's transaction ([`append`]). One open
-//!   digest per (tenant, recipient, channel, key): a unique partial index.
+//! - **Collect.** An alert whose email rule is a digest, or whose recipient
+//!   chose `daily` or `weekly` email, writes the alert's own email delivery
+//!   `skipped` ("collected into a digest") and appends the recipient's
+//!   in-app item, by reference, to that recipient's open digest of the key,
+//!   in the alert's transaction ([`append`]). One open digest per (tenant,
+//!   recipient, channel, key): a unique partial index.
 //! - **Flush.** When the window ends a worker leases the digest
 //!   (`store::digests::claim_digests`, `SKIP LOCKED`: one worker), then in
 //!   one transaction ([`decide`]) locks the digest row (new items now wait,
@@ -40,7 +41,7 @@ use crate::{
         delivery::{DigestRule, WindowEnd},
         plan::{preference_reason, DigestSource, Period, DIGESTED},
         preferences,
-        quiet_hours::at_local,
+        quiet_hours::{at_local, QuietHours},
     },
     db::PrimaryPool,
     deliveries::fallback::{SKIPPED_READ, SKIPPED_SEEN},
@@ -55,9 +56,6 @@ use crate::{
 /// The reason of a `send_first` digest that collected nothing after the
 /// first item (whose email went at once).
 pub const NOTHING_MORE: &str = "nothing arrived after the first item, which was sent at once";
-
-/// The reason of a digest skipped because the recipient has no address.
-pub const NO_EMAIL: &str = "recipient has no email address";
 
 /// Whether the schema has digests (migration 0028); false only in a test
 /// build standing in for the version before it.
@@ -277,6 +275,12 @@ async fn decide_in(conn: &mut PgConnection, digest: &ClaimedDigest) -> sqlx::Res
     };
     let tenant = digest.tenant_id;
     let user = digest.recipient_id.clone();
+    // Inside the recipient's quiet hours: decided (and sent) at their end,
+    // still collecting meanwhile.
+    if let Some(until) = quiet_until(conn, tenant, &user).await? {
+        store::postpone_open_digest(&mut *conn, tenant, digest.id, until).await?;
+        return Ok(false);
+    }
     let locked =
         marks::lock_marks_shared(&mut *conn, &[tenant], std::slice::from_ref(&user)).await?;
     let marks = locked
@@ -353,6 +357,29 @@ async fn decide_in(conn: &mut PgConnection, digest: &ClaimedDigest) -> sqlx::Res
     };
     store::record_decision(&mut *conn, tenant, digest.id, &decision).await?;
     Ok(decision.status == "decided")
+}
+
+/// The end of the recipient's quiet hours, when now is inside them.
+async fn quiet_until(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    user: &str,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    if !crate::alerts::quiet_hours::in_schema() {
+        return Ok(None);
+    }
+    let Some(row) = users_store::get_user(&mut *conn, tenant, user).await? else {
+        return Ok(None);
+    };
+    let (Some(start), Some(end)) = (row.quiet_start, row.quiet_end) else {
+        return Ok(None);
+    };
+    // Stored zones were checked when written; unset is UTC.
+    let zone = row
+        .timezone
+        .and_then(|z| z.parse::<Tz>().ok())
+        .unwrap_or(Tz::UTC);
+    Ok(QuietHours { start, end }.release(Utc::now(), zone))
 }
 
 /// The reason the recipient's email setting for this event type is off now,

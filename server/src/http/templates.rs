@@ -570,6 +570,8 @@ impl TemplatesApi {
     }
 
     /// Read a category's digest template.
+    ///
+    /// 404 when the category has none (its digests use the built-in layout).
     #[oai(
         path = "/v1/categories/:key/digest-template",
         method = "get",
@@ -591,6 +593,9 @@ impl TemplatesApi {
     }
 
     /// Delete a category's digest template.
+    ///
+    /// Digests sent from now on use the built-in layout. 404 when the
+    /// category has none.
     #[oai(
         path = "/v1/categories/:key/digest-template",
         method = "delete",

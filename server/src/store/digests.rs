@@ -218,6 +218,27 @@ pub async fn lock_open_digest(
     .await
 }
 
+/// Holds a leased open digest until `until` (its recipient's quiet hours
+/// end): the lease is given back and the attempt not counted.
+pub async fn postpone_open_digest(
+    conn: &mut PgConnection,
+    tenant: Uuid,
+    id: i64,
+    until: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE digests
+            SET next_attempt_at = $3, claimed_until = NULL, attempts = attempts - 1
+          WHERE tenant_id = $1 AND id = $2 AND status = 'open'",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(until)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// A digest's items: (item tx, item id), in no order.
 pub async fn list_digest_items(
     conn: &mut PgConnection,

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tidings_core::Category;
 
 use crate::{
+    alerts::plan::NO_EMAIL,
     alerts::preferences::PreferencesError,
     alerts::templates::{
         digest::{self as digest_template, DigestItem, DigestVariables},
@@ -22,7 +23,7 @@ use crate::{
     },
     app::{config::OutboxConfig, shutdown::Shutdown},
     db::PrimaryPool,
-    deliveries::digests::{self, NO_EMAIL},
+    deliveries::digests,
     store::digests::{self as store, ClaimedDigest, DigestLine},
     store::outbox::Completion,
     workers::{
