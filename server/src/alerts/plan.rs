@@ -224,14 +224,23 @@ pub fn plan_fanout(
         }
     };
     // Recipients who get a new in-app item: only they can have an email
-    // collected into a digest, which lists their items.
-    let with_item: HashSet<&UserId> = notifications
-        .iter()
-        .filter(|n| {
-            n.channel == Channel::InApp && new_keys.contains(&n.key) && off_for(n).is_none()
-        })
-        .map(|n| &n.recipient_id)
-        .collect();
+    // collected into a digest, which lists their items. Computed only when
+    // some email may be digested: most alerts have no digest at all.
+    let may_digest = rules.email_digest.is_some()
+        || settings
+            .values()
+            .any(|r| matches!(r.setting, Setting::Daily | Setting::Weekly));
+    let with_item: HashSet<&UserId> = if may_digest {
+        notifications
+            .iter()
+            .filter(|n| {
+                n.channel == Channel::InApp && new_keys.contains(&n.key) && off_for(n).is_none()
+            })
+            .map(|n| &n.recipient_id)
+            .collect()
+    } else {
+        HashSet::new()
+    };
     for i in key_order(notifications) {
         let n = &notifications[i];
         if !new_keys.contains(&n.key) {

@@ -307,7 +307,6 @@ pub async fn record_decision(
 /// One item of a decided digest, as its email lists it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DigestLine {
-    pub alert_id: Uuid,
     pub event_type: Option<String>,
     pub entity_id: Option<String>,
     pub subject: Option<String>,
@@ -351,7 +350,7 @@ pub async fn list_digest_lines(
     limit: i32,
 ) -> sqlx::Result<Vec<DigestLine>> {
     sqlx::query_as(
-        "SELECT i.alert_id, a.event_type, a.entity_id, a.subject, a.payload
+        "SELECT a.event_type, a.entity_id, a.subject, a.payload
            FROM digest_items i
            LEFT JOIN alerts a ON a.tenant_id = i.tenant_id AND a.id = i.alert_id
           WHERE i.tenant_id = $1 AND i.digest_id = $2 AND i.included
@@ -453,7 +452,6 @@ pub async fn list_recipient_digests(
 /// A category's digest template (migration 0029), as stored.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DigestTemplateRow {
-    pub category: String,
     pub content: serde_json::Value,
     pub updated_at: DateTime<Utc>,
 }
@@ -468,7 +466,7 @@ pub async fn upsert_digest_template(
         "INSERT INTO digest_templates (tenant_id, category, content) VALUES ($1, $2, $3)
          ON CONFLICT (tenant_id, category) DO UPDATE
              SET content = EXCLUDED.content, updated_at = now()
-         RETURNING category, content, updated_at",
+         RETURNING content, updated_at",
     )
     .bind(tenant)
     .bind(category)
@@ -483,7 +481,7 @@ pub async fn find_digest_template(
     category: &str,
 ) -> sqlx::Result<Option<DigestTemplateRow>> {
     sqlx::query_as(
-        "SELECT category, content, updated_at FROM digest_templates
+        "SELECT content, updated_at FROM digest_templates
           WHERE tenant_id = $1 AND category = $2",
     )
     .bind(tenant)

@@ -128,7 +128,7 @@ impl Flusher {
         if let Completion::Dead { error } = &result {
             tracing::warn!(digest = digest.id, tenant = %digest.tenant_id, %error, "digest is dead");
         }
-        store::record_result(
+        let recorded = store::record_result(
             &self.pool,
             digest.tenant_id,
             digest.id,
@@ -136,6 +136,9 @@ impl Flusher {
             &result,
         )
         .await?;
+        if !recorded {
+            tracing::info!(digest = digest.id, tenant = %digest.tenant_id, "digest result not recorded: its lease had passed to another worker");
+        }
         Ok(())
     }
 
@@ -298,7 +301,6 @@ mod tests {
 
     fn line(subject: Option<&str>, entity: &str) -> DigestLine {
         DigestLine {
-            alert_id: uuid::Uuid::nil(),
             event_type: Some("comment.created".into()),
             entity_id: Some(entity.into()),
             subject: subject.map(str::to_owned),
