@@ -1659,3 +1659,108 @@ async fn counts_stay_exact_when_more_came_since_the_base_than_its_budget() {
         "counted since the base"
     );
 }
+
+/// The user's stored counts base (`feed_state.counts_base`), as the array
+/// `CountsBase::param` writes, if any.
+async fn stored_counts_base(pool: &PgPool, tenant: uuid::Uuid, user: &str) -> Option<Vec<i64>> {
+    sqlx::query_scalar("SELECT counts_base FROM feed_state WHERE tenant_id = $1 AND user_id = $2")
+        .bind(tenant)
+        .bind(user)
+        .fetch_optional(pool)
+        .await
+        .expect("stored base")
+        .flatten()
+}
+
+/// A user's first read on an instance starts from the counts base another
+/// instance stored in the database after a long walk
+/// (`store::feed::stored_base`), and is exact whatever changed since: an item
+/// read (the stored base no longer holds and is replaced), a mark (which drops
+/// it), a join (other teams: it is not handed over). Each check reads through
+/// a new instance, whose caches are empty, so the stored base is all it has.
+#[tokio::test]
+async fn a_first_read_on_a_new_instance_starts_from_the_stored_counts_base() {
+    let f = TenantFixture::spawn().await;
+    let (tenant, pool) = (f.tenant.uuid(), f.pool.clone());
+    let api = f.api();
+    api.put_member("team", "u").expect(201).await;
+    let token = f.token("u").await;
+    let events = post_batch(&api, "team", 300).await;
+    // (unread, unseen) from a new instance's first page and then its counts,
+    // with how many of the two carried a base over.
+    let first_read = || async {
+        let app = TestApp::spawn_on(&f.db.url, AppOptions::default())
+            .await
+            .expect("instance");
+        let user = app.user(&token);
+        let page = user.feed("").expect(200).await;
+        let c = user.counts().expect(200).await;
+        assert_eq!(
+            (&page["unread_count"], &page["unseen_count"]),
+            (&c["unread"], &c["unseen"]),
+            "the first page and the counts agree"
+        );
+        let counts = (
+            c["unread"].as_i64().expect("unread"),
+            c["unseen"].as_i64().expect("unseen"),
+        );
+        (counts, counts_carried_over(&app).await)
+    };
+
+    // The first read ever walks 300 entries from the floors and stores its base.
+    assert_eq!(stored_counts_base(&pool, tenant, "u").await, None);
+    assert_eq!(first_read().await, ((300, 300), 1));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            stored_counts_base(&pool, tenant, "u").await.is_some()
+        })
+        .await,
+        "a read that walked 300 entries stores its base"
+    );
+    let stored = stored_counts_base(&pool, tenant, "u").await.expect("base");
+    // A new instance's first page and counts both carry it over.
+    assert_eq!(first_read().await, ((300, 300), 2));
+    post_batch(&api, "team", 2).await;
+    assert_eq!(
+        first_read().await,
+        ((302, 302), 2),
+        "and add what came since"
+    );
+
+    // An item read changes the budget: the stored base no longer holds, the
+    // first read walks, and replaces it with one that does.
+    f.app
+        .user(&token)
+        .mark_item_read(events[10]["id"].as_i64().expect("id"))
+        .expect(200)
+        .await;
+    let (counts, _) = first_read().await;
+    assert_eq!(counts, (301, 301));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            stored_counts_base(&pool, tenant, "u")
+                .await
+                .is_some_and(|b| b != stored)
+        })
+        .await,
+        "the stale base is replaced"
+    );
+    assert_eq!(first_read().await, ((301, 301), 2));
+
+    // A join: the base was counted with other teams and is not handed over.
+    api.put_member("other", "u").expect(201).await;
+    post_batch(&api, "other", 4).await;
+    assert_eq!(first_read().await.0, (305, 305));
+
+    // A mark drops the stored base in its own statement.
+    f.app
+        .user(&token)
+        .mark_seen(&up_to(events[99]["cursor"].as_str()))
+        .expect(200)
+        .await;
+    assert_eq!(stored_counts_base(&pool, tenant, "u").await, None);
+    assert_eq!(first_read().await.0, (305, 206));
+    f.app.user(&token).mark_read(&up_to(None)).expect(200).await;
+    assert_eq!(stored_counts_base(&pool, tenant, "u").await, None);
+    assert_eq!(first_read().await.0, (0, 0));
+}

@@ -129,6 +129,11 @@ fn describe() {
         "Cache lookups by cache and result (hit, miss, bypass while untrusted)"
     );
     describe_counter!(
+        "tidings_counts_bases_stored_total",
+        "Badge counts bases written to the database for other instances' first reads, \
+         by result (stored, dropped while enough writes were in flight, failed)"
+    );
+    describe_counter!(
         "tidings_retention_purged_rows_total",
         "Rows deleted by the retention worker, by table"
     );
@@ -284,6 +289,24 @@ pub fn cache_lookup(cache: &'static str, result: CacheLookup) {
         CacheLookup::Bypass => "bypass",
     };
     counter!("tidings_cache_lookups_total", "cache" => cache, "result" => result).increment(1);
+}
+
+/// What became of a counts base to be stored in the database.
+#[derive(Debug, Clone, Copy)]
+pub enum BaseStore {
+    Stored,
+    /// Not attempted: enough writes were in flight.
+    Dropped,
+    Failed,
+}
+
+pub fn counts_base_stored(result: BaseStore) {
+    let result = match result {
+        BaseStore::Stored => "stored",
+        BaseStore::Dropped => "dropped",
+        BaseStore::Failed => "failed",
+    };
+    counter!("tidings_counts_bases_stored_total", "result" => result).increment(1);
 }
 
 /// One retention batch on `table`: rows deleted and how long it took.

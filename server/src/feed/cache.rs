@@ -13,7 +13,10 @@
 //!
 //! Also each user's last badge walk ([`CountsBases`]), which needs no
 //! invalidation: the feed statement checks it in its own snapshot and walks
-//! from scratch when anything it depended on changed.
+//! from scratch when anything it depended on changed. A user's teams are
+//! loaded with the base stored in the database for them
+//! (`store::feed::stored_base`), which stands in for a walk this instance has
+//! not seen; a read that walked far stores its base back in the background.
 
 use std::{
     sync::{
@@ -25,6 +28,7 @@ use std::{
 
 use moka::future::Cache;
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::{
@@ -33,9 +37,9 @@ use crate::{
     db::listen::{Event, Subscription},
     db::PrimaryPool,
     store::{
-        feed::CountsBase,
+        feed::{stored_base, CountsBase},
         notify::{CredentialsChanged, MembershipsChanged, NotifyChannel},
-        teams::{self, Membership},
+        teams::Membership,
     },
 };
 
@@ -70,7 +74,15 @@ const COUNTS_CAPACITY: u64 = 100_000;
 /// make that statement walk from the floors.
 pub struct CountsBases {
     entries: Cache<(Uuid, String), CountedWith>,
+    /// Bounds the background writes of bases to the database
+    /// ([`CountsBases::store`]): one beyond them is dropped, not queued, so a
+    /// burst of first reads (one tenant's or many) never queues work on the
+    /// primary; a dropped write costs a later first read a walk.
+    storing: Arc<Semaphore>,
 }
+
+/// Background writes of bases in flight at once, per instance.
+const STORING_AT_ONCE: usize = 2;
 
 /// A base and the teams it was counted with.
 type CountedWith = (Arc<[Membership]>, CountsBase);
@@ -82,7 +94,39 @@ impl CountsBases {
                 .max_capacity(COUNTS_CAPACITY)
                 .time_to_live(COUNTS_TTL)
                 .build(),
+            storing: Arc::new(Semaphore::new(STORING_AT_ONCE)),
         }
+    }
+
+    /// Stores the user's base in the database, in the background, for any
+    /// instance's next first read of the user; dropped when
+    /// [`STORING_AT_ONCE`] writes are in flight.
+    pub fn store(
+        &self,
+        pool: &PrimaryPool,
+        tenant_id: Uuid,
+        user_id: &str,
+        teams: &[Membership],
+        base: CountsBase,
+    ) {
+        let Ok(permit) = self.storing.clone().try_acquire_owned() else {
+            instruments::counts_base_stored(instruments::BaseStore::Dropped);
+            return;
+        };
+        let pool = pool.clone();
+        let user_id = user_id.to_string();
+        let key = stored_base::teams_key(teams);
+        tokio::spawn(async move {
+            let stored = stored_base::save(&pool, tenant_id, &user_id, key, &base).await;
+            drop(permit);
+            match stored {
+                Ok(()) => instruments::counts_base_stored(instruments::BaseStore::Stored),
+                Err(error) => {
+                    instruments::counts_base_stored(instruments::BaseStore::Failed);
+                    tracing::debug!(%error, "storing a counts base failed");
+                }
+            }
+        });
     }
 
     /// The user's base, if it was counted with exactly these teams.
@@ -131,19 +175,20 @@ impl MembershipCache {
         }
     }
 
-    /// The user's teams, from the cache when it can be trusted.
+    /// The user's teams, from the cache when it can be trusted; when they are
+    /// loaded, with the counts base stored for them (none from the cache).
     pub async fn get(
         &self,
         pool: &PrimaryPool,
         tenant_id: Uuid,
         user_id: &str,
-    ) -> Result<Arc<[Membership]>, sqlx::Error> {
+    ) -> Result<(Arc<[Membership]>, Option<CountsBase>), sqlx::Error> {
         let key = (tenant_id, user_id.to_string());
         let trusted = self.listening.load(Ordering::SeqCst);
         if trusted {
             if let Some(hit) = self.entries.get(&key).await {
                 instruments::cache_lookup("memberships", CacheLookup::Hit);
-                return Ok(hit);
+                return Ok((hit, None));
             }
         }
         let lookup = if trusted {
@@ -153,9 +198,8 @@ impl MembershipCache {
         };
         instruments::cache_lookup("memberships", lookup);
         let started = self.generation.load(Ordering::SeqCst);
-        let loaded: Arc<[Membership]> = teams::list_memberships_of_user(pool, tenant_id, user_id)
-            .await?
-            .into();
+        let reader = stored_base::load_reader(pool, tenant_id, user_id).await?;
+        let loaded: Arc<[Membership]> = reader.teams.into();
         if trusted {
             self.entries.insert(key.clone(), loaded.clone()).await;
             // An invalidation may have raced with the load (its change committed
@@ -165,7 +209,7 @@ impl MembershipCache {
                 self.entries.invalidate(&key).await;
             }
         }
-        Ok(loaded)
+        Ok((loaded, reader.stored_base))
     }
 
     pub async fn invalidate(&self, tenant_id: Uuid, user_id: &str) {

@@ -76,37 +76,62 @@ async fn horizon_of(state: &AppState, tenant_id: Uuid) -> sqlx::Result<i64> {
     Ok(state.horizons.fresh(&state.replicas).await?.of(tenant_id))
 }
 
-/// The user's teams with their join positions, from the membership cache.
-async fn teams_of(
-    state: &AppState,
-    tenant_id: Uuid,
-    user: &UserId,
-) -> sqlx::Result<Arc<[Membership]>> {
-    state
+/// Walks at least this long (entries, the longer of the two walks) leave
+/// their base stored in the database for other instances' first reads. A
+/// walk of the whole budget costs several times a page; a short one costs
+/// less than the write.
+const STORE_AFTER_WALKING: i64 = 256;
+
+/// A user's teams (from the membership cache) and the counts base the next
+/// statement is handed.
+struct Reader {
+    teams: Arc<[Membership]>,
+    base: Option<CountsBase>,
+    /// The base is the one stored in the database, loaded with the teams.
+    base_stored: bool,
+}
+
+/// The user's teams with their join positions, and the base: what the user's
+/// last statement on this instance counted, if it ran with these teams, else
+/// what a read stored in the database for them, loaded with the teams when
+/// they are not cached. The next statement walks only what is newer (and
+/// checks the base first; `store::feed`, the counts' base).
+async fn reader_of(state: &AppState, tenant_id: Uuid, user: &UserId) -> sqlx::Result<Reader> {
+    let (teams, stored) = state
         .caches
         .memberships
         .get(&state.pool, tenant_id, user)
-        .await
+        .await?;
+    let kept = state.caches.counts.get(tenant_id, user, &teams).await;
+    let base_stored = kept.is_none() && stored.is_some();
+    Ok(Reader {
+        teams,
+        base: kept.or(stored),
+        base_stored,
+    })
 }
 
-/// What the user's last statement on this instance counted, if it ran with
-/// these teams: the next statement walks only what is newer (and checks it
-/// first; `store::feed`, the counts' base).
-async fn counts_base_of(
-    state: &AppState,
-    tenant_id: Uuid,
-    user: &UserId,
-    teams: &[Membership],
-) -> Option<CountsBase> {
-    state.caches.counts.get(tenant_id, user, teams).await
+/// Entries the statement walked, by the longer of its two walks: from the
+/// base it carried over, else from the floors. Zero for a base counted from
+/// a page's own positions beyond the few the page holds.
+fn walked(base: Option<&CountsBase>, walk: &BadgeWalk) -> i64 {
+    let next = &walk.next;
+    match base {
+        Some(base) if walk.carried_over => (next.unseen_entries - base.unseen_entries)
+            .max(next.unread_entries - base.unread_entries),
+        _ => next.unseen_entries.max(next.unread_entries),
+    }
 }
 
-/// Keeps what a statement counted for the user's next one.
+/// Keeps what a statement counted for the user's next one on this instance,
+/// and stores it for other instances when it walked far, or when the stored
+/// base it was handed no longer held (so that the next first read is not
+/// handed it again).
 async fn keep_counts_base(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
-    teams: Arc<[Membership]>,
+    reader: Reader,
     walk: BadgeWalk,
 ) {
     let lookup = if walk.carried_over {
@@ -115,10 +140,17 @@ async fn keep_counts_base(
         CacheLookup::Miss
     };
     instruments::cache_lookup("counts", lookup);
+    let stale_stored = reader.base_stored && !walk.carried_over;
+    if stale_stored || walked(reader.base.as_ref(), &walk) >= STORE_AFTER_WALKING {
+        state
+            .caches
+            .counts
+            .store(&state.pool, tenant_id, user, &reader.teams, walk.next);
+    }
     state
         .caches
         .counts
-        .put(tenant_id, user, teams, walk.next)
+        .put(tenant_id, user, reader.teams, walk.next)
         .await;
 }
 
@@ -133,10 +165,9 @@ pub async fn read_page(
     limit: u32,
     token: Option<Lsn>,
 ) -> Result<FeedPage, FeedError> {
-    let teams = teams_of(state, tenant_id, user).await?;
+    let reader = reader_of(state, tenant_id, user).await?;
     let fresh = state.horizons.fresh(&state.replicas).await?;
-    let base = counts_base_of(state, tenant_id, user, &teams).await;
-    let counted_with = &teams;
+    let (counted_with, base) = (&reader.teams, reader.base.as_ref());
     let page = state
         .replicas
         .read(
@@ -148,7 +179,7 @@ pub async fn read_page(
                 // that statement cannot (the base does not hold in its snapshot,
                 // or more than a page came since), the one that walks answers
                 // instead, whole: each answer is one statement's snapshot.
-                if let (PageFrom::Before(None), Some(base)) = (from, base.as_ref()) {
+                if let (PageFrom::Before(None), Some(base)) = (from, base) {
                     let carried = store::read_first_page_carried(
                         &mut *conn,
                         tenant_id,
@@ -171,13 +202,13 @@ pub async fn read_page(
                     from,
                     limit,
                     horizon,
-                    base.as_ref(),
+                    base,
                 )
                 .await
             },
         )
         .await?;
-    keep_counts_base(state, tenant_id, user, teams.clone(), page.walk).await;
+    keep_counts_base(state, tenant_id, user, reader, page.walk).await;
     // Cannot be full: a page holds fewer items than a read set may.
     let individually_read = ReadSet::try_from(
         page.items
@@ -223,10 +254,9 @@ pub async fn status(
     user: &UserId,
     token: Option<Lsn>,
 ) -> Result<FeedStatus, FeedError> {
-    let teams = teams_of(state, tenant_id, user).await?;
+    let reader = reader_of(state, tenant_id, user).await?;
     let fresh = state.horizons.fresh(&state.replicas).await?;
-    let base = counts_base_of(state, tenant_id, user, &teams).await;
-    let counted_with = &teams;
+    let (counted_with, base) = (&reader.teams, reader.base.as_ref());
     let (status, walk) = state
         .replicas
         .read(
@@ -238,7 +268,7 @@ pub async fn status(
                 // that statement cannot tell (the base does not hold in its
                 // snapshot, or a budget's worth came since), the one that walks
                 // answers instead, whole, as for a first page.
-                if let Some(base) = base.as_ref() {
+                if let Some(base) = base {
                     let carried = store::read_status_carried(
                         &mut *conn,
                         tenant_id,
@@ -252,19 +282,11 @@ pub async fn status(
                         return Ok(answer);
                     }
                 }
-                store::read_status(
-                    &mut *conn,
-                    tenant_id,
-                    user,
-                    counted_with,
-                    horizon,
-                    base.as_ref(),
-                )
-                .await
+                store::read_status(&mut *conn, tenant_id, user, counted_with, horizon, base).await
             },
         )
         .await?;
-    keep_counts_base(state, tenant_id, user, teams.clone(), walk).await;
+    keep_counts_base(state, tenant_id, user, reader, walk).await;
     Ok(status)
 }
 
@@ -287,9 +309,10 @@ pub async fn mark_up_to(
     mark: Mark,
     proposed: Option<Position>,
 ) -> Result<Marked, FeedError> {
-    let teams = teams_of(state, tenant_id, user).await?;
+    let reader = reader_of(state, tenant_id, user).await?;
     let horizon = horizon_of(state, tenant_id).await?;
-    let (marks, head) = store::read_head(&state.pool, tenant_id, user, &teams, horizon).await?;
+    let (marks, head) =
+        store::read_head(&state.pool, tenant_id, user, &reader.teams, horizon).await?;
     let head = head.unwrap_or(Position::ORIGIN);
     let current = match mark {
         Mark::Seen => marks.seen,
@@ -302,7 +325,7 @@ pub async fn mark_up_to(
         notify_marks(&mut *tx, tenant_id, user).await?;
         tx.commit().await?;
     }
-    marked(state, tenant_id, user, teams, horizon).await
+    marked(state, tenant_id, user, reader, horizon).await
 }
 
 /// The status after a mark, from the primary, and the mark's token (taken
@@ -313,14 +336,20 @@ async fn marked(
     state: &AppState,
     tenant_id: Uuid,
     user: &UserId,
-    teams: Arc<[Membership]>,
+    reader: Reader,
     horizon: i64,
 ) -> Result<Marked, FeedError> {
     let token = state.replicas.written_by(tenant_id, user).await?;
-    let base = counts_base_of(state, tenant_id, user, &teams).await;
-    let (status, walk) =
-        store::read_status(&state.pool, tenant_id, user, &teams, horizon, base.as_ref()).await?;
-    keep_counts_base(state, tenant_id, user, teams, walk).await;
+    let (status, walk) = store::read_status(
+        &state.pool,
+        tenant_id,
+        user,
+        &reader.teams,
+        horizon,
+        reader.base.as_ref(),
+    )
+    .await?;
+    keep_counts_base(state, tenant_id, user, reader, walk).await;
     Ok(Marked { status, token })
 }
 
@@ -335,11 +364,18 @@ pub async fn mark_item_read(
     user: &UserId,
     item_id: i64,
 ) -> Result<Marked, FeedError> {
-    let teams = teams_of(state, tenant_id, user).await?;
+    let reader = reader_of(state, tenant_id, user).await?;
     let horizon = horizon_of(state, tenant_id).await?;
-    let item = store::find_item(&state.pool, tenant_id, user, &teams, item_id, horizon)
-        .await?
-        .ok_or(FeedError::ItemNotFound(item_id))?;
+    let item = store::find_item(
+        &state.pool,
+        tenant_id,
+        user,
+        &reader.teams,
+        item_id,
+        horizon,
+    )
+    .await?
+    .ok_or(FeedError::ItemNotFound(item_id))?;
     let mut tx = state.pool.begin().await?;
     store::marks::ensure_feed_state(&mut *tx, tenant_id, user).await?;
     let read_mark = store::marks::lock_read_mark(&mut *tx, tenant_id, user).await?;
@@ -354,5 +390,35 @@ pub async fn mark_item_read(
         }
     }
     tx.commit().await?;
-    marked(state, tenant_id, user, teams, horizon).await
+    marked(state, tenant_id, user, reader, horizon).await
+}
+
+#[cfg(test)]
+mod tests {
+    use tidings_core::Watermarks;
+
+    use super::*;
+
+    fn walk(unseen: i64, unread: i64, carried_over: bool) -> BadgeWalk {
+        BadgeWalk {
+            next: CountsBase {
+                counted_below: 100,
+                marks: Watermarks::default(),
+                purges: 0,
+                budget: 1001,
+                unseen_entries: unseen,
+                unread_entries: unread,
+            },
+            carried_over,
+        }
+    }
+
+    #[test]
+    fn a_walk_is_measured_from_the_base_it_carried_over_else_from_the_floors() {
+        let base = walk(40, 300, true).next;
+        assert_eq!(walked(Some(&base), &walk(50, 700, true)), 400);
+        assert_eq!(walked(Some(&base), &walk(50, 700, false)), 700);
+        assert_eq!(walked(None, &walk(260, 10, false)), 260);
+        assert_eq!(walked(Some(&base), &walk(40, 300, true)), 0);
+    }
 }

@@ -18,7 +18,9 @@ pub enum Mark {
 /// Moves one watermark forward to `target`, never back: the upsert's WHERE
 /// compares row values, so of concurrent or replayed calls the highest wins
 /// whatever the order they commit in. Advancing `read` also drops the
-/// individually read items it now covers.
+/// individually read items it now covers. Either drops the user's stored
+/// counts base ([`super::stored_base`]), which counted from the old floors:
+/// no first read is handed a base that cannot hold.
 pub async fn advance_mark(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
@@ -30,14 +32,16 @@ pub async fn advance_mark(
         Mark::Seen => {
             "INSERT INTO feed_state AS s (tenant_id, user_id, seen_tx, seen_id) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant_id, user_id) DO UPDATE
-                SET seen_tx = EXCLUDED.seen_tx, seen_id = EXCLUDED.seen_id, updated_at = now()
+                SET seen_tx = EXCLUDED.seen_tx, seen_id = EXCLUDED.seen_id, updated_at = now(),
+                    counts_base = NULL
                 WHERE (s.seen_tx, s.seen_id) < (EXCLUDED.seen_tx, EXCLUDED.seen_id)"
         }
         Mark::Read => {
             "WITH moved AS (
                 INSERT INTO feed_state AS s (tenant_id, user_id, read_tx, read_id) VALUES ($1, $2, $3, $4)
                 ON CONFLICT (tenant_id, user_id) DO UPDATE
-                   SET read_tx = EXCLUDED.read_tx, read_id = EXCLUDED.read_id, updated_at = now()
+                   SET read_tx = EXCLUDED.read_tx, read_id = EXCLUDED.read_id, updated_at = now(),
+                       counts_base = NULL
                    WHERE (s.read_tx, s.read_id) < (EXCLUDED.read_tx, EXCLUDED.read_id)
                 RETURNING s.read_tx, s.read_id
              )

@@ -38,6 +38,7 @@
 pub mod item_reads;
 pub mod marks;
 mod statements;
+pub mod stored_base;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
@@ -121,6 +122,23 @@ pub struct CountsBase {
 }
 
 impl CountsBase {
+    /// The base a [`CountsBase::param`] array holds; `None` for any other shape.
+    pub fn from_param(a: &[i64]) -> Option<CountsBase> {
+        let &[counted_below, seen_tx, seen_id, read_tx, read_id, purges, budget, unseen, unread] =
+            a
+        else {
+            return None;
+        };
+        Some(CountsBase {
+            counted_below,
+            marks: marks_of(seen_tx, seen_id, read_tx, read_id),
+            purges,
+            budget,
+            unseen_entries: unseen,
+            unread_entries: unread,
+        })
+    }
+
     /// The statement's `$base` parameter; empty for none.
     pub fn param(base: Option<&CountsBase>) -> Vec<i64> {
         base.map_or_else(Vec::new, |b| {
