@@ -31,6 +31,7 @@ use crate::{
 const WORKLOADS: &[&str] = &[
     "health",
     "feed",
+    "feed-cold",
     "fanout",
     "ingest",
     "drain",
@@ -56,7 +57,7 @@ const OVERVIEW_PLOT: &str = "latest-ratios.png";
 struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
-    /// Run only these workloads (repeatable): health, feed, fanout, ingest, drain,
+    /// Run only these workloads (repeatable): health, feed, feed-cold, fanout, ingest, drain,
     /// drain-peer, fallback, mixed, isolation, stream, notify, replicas, failover,
     /// soak.
     #[arg(long)]
@@ -283,6 +284,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let outcome = match name {
             "health" => workloads::health::run(&ctx).await,
             "feed" => workloads::feed::run(&ctx).await,
+            "feed-cold" => workloads::feed_cold::run(&ctx).await,
             "fanout" => workloads::fanout::run(&ctx).await,
             "ingest" => workloads::ingest::run(&ctx).await,
             "drain" => workloads::drain::run(&ctx).await,

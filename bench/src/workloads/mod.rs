@@ -7,6 +7,7 @@ pub mod failover;
 pub mod fallback;
 pub mod fanout;
 pub mod feed;
+pub mod feed_cold;
 pub mod health;
 pub mod ingest;
 pub mod isolation;

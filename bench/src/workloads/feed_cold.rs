@@ -1,0 +1,397 @@
+//! Workload feed-cold: first pages read by many distinct users, each read
+//! the user's first on the instance that answers it, as when users open the
+//! app, open a new tab or land on another instance behind a load balancer.
+//! The `feed` workload's one reader, read again and again, is the best case
+//! (its counts carried over in memory, its teams cached); this is the case
+//! most reads are.
+//!
+//! The readers are every seeded user, in a Zipf-weighted order (s = 1 over a
+//! fixed shuffle: a few users are drawn early, most late), each once: wrk
+//! (2 threads, Lua) hands out their tokens in that order, so until the list
+//! is exhausted every request is its user's first on the instance. Each
+//! repetition, interleaved:
+//!
+//! 1. **first read ever**: every stored counts base dropped
+//!    (`feed_state.counts_base`), a fresh `tidings serve`: each read loads
+//!    the user's teams and walks the badge counts from the watermarks, as
+//!    every first read on an instance did before bases were stored;
+//! 2. **stored base**: a fresh `tidings serve`, the same order: the bases the
+//!    first pass stored stand in for the walk;
+//! 3. **second pass**: the same server again, the same order (teams cached,
+//!    counts carried over in memory);
+//! 4. **hot**: the `feed` workload's reader alone on the same server (oha),
+//!    the denominator of every ratio here.
+//!
+//! Then the open-loop check at half the stored-base maximum, on a fresh
+//! server: wrk with a per-connection delay (a closed loop with think time,
+//! not corrected for coordinated omission; at half the maximum the requests
+//! barely queue). Figures: how many requests were their user's first read,
+//! and what became of the bases to be stored (the server's metrics).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::{user_token, Ctx};
+use crate::{
+    loadgen::{HttpRequest, Load, Measure, WRK_DONE_LUA},
+    report::{Aim, Ratio, Table, WorkloadResult},
+    seed::tenant_uuid,
+    server::{main_server_env, Launch, Tidings},
+    stats::Spread,
+};
+
+/// The seeded users in a Zipf-weighted order (s = 1), each once: draws with
+/// weight 1/rank over a fixed shuffle, first occurrences kept, the users never
+/// drawn appended in rank order. Deterministic (splitmix64), so every
+/// repetition and run reads in the same order.
+fn zipf_order<T: Clone>(users: &[T]) -> Vec<T> {
+    let n = users.len();
+    let mut state: u64 = 0x5eed_f00d;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    // The fixed shuffle: rank → user (Fisher-Yates).
+    let mut ranked: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        ranked.swap(i, j);
+    }
+    let mut cumulative = Vec::with_capacity(n);
+    let mut total = 0.0;
+    for rank in 1..=n {
+        total += 1.0 / rank as f64;
+        cumulative.push(total);
+    }
+    let mut taken = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    for _ in 0..n * 4 {
+        let u = (next() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let rank = cumulative.partition_point(|&c| c < u).min(n - 1);
+        if !std::mem::replace(&mut taken[rank], true) {
+            order.push(users[ranked[rank]].clone());
+        }
+    }
+    for (rank, taken) in taken.iter().enumerate() {
+        if !taken {
+            order.push(users[ranked[rank]].clone());
+        }
+    }
+    order
+}
+
+/// A wrk script reading the first page of each token's user in file order;
+/// thread t takes tokens t, t + threads, …, wrapping when the list ends.
+/// `delay_ms`: think time per request and connection (0: closed loop).
+fn wrk_script(
+    ctx: &Ctx,
+    tokens: &std::path::Path,
+    delay_ms: f64,
+) -> anyhow::Result<std::path::PathBuf> {
+    let lua = format!(
+        r#"
+local tokens = {{}}
+for line in io.lines({tokens:?}) do tokens[#tokens + 1] = line end
+local threads = 0
+local tid = 0
+local counter = 0
+function setup(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
+function init(args)
+  counter = 0
+end
+function delay()
+  return {delay_ms}
+end
+function request()
+  local i = (counter * 2 + tid) % #tokens + 1
+  counter = counter + 1
+  local headers = {{}}
+  headers["Authorization"] = "Bearer " .. tokens[i]
+  return wrk.format("GET", "/v1/feed?limit=20", headers)
+end
+{WRK_DONE_LUA}
+"#,
+        tokens = tokens.display().to_string(),
+    );
+    let path = ctx
+        .work_dir
+        .join(format!("feed-cold-{}.lua", delay_ms.round() as i64));
+    std::fs::write(&path, lua)?;
+    Ok(path)
+}
+
+/// A metric's value summed over its series with `label`, from `/metrics`.
+async fn metric(ctx: &Ctx, server: &Tidings, name: &str, label: &str) -> anyhow::Result<f64> {
+    let text = ctx
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+async fn fresh_server(ctx: &Ctx, name: &str) -> anyhow::Result<Tidings> {
+    Tidings::serve(Launch {
+        bin: &ctx.bin,
+        database_url: &ctx.target.url,
+        log_dir: &ctx.work_dir,
+        name,
+        env: main_server_env(),
+    })
+    .await
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
+    let started = Instant::now();
+    if !ctx.seeded.has_feed_tables {
+        return Ok(WorkloadResult::skipped(
+            "feed-cold",
+            "GET /v1/feed is not on this branch yet",
+        ));
+    }
+    let stored_bases: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                        WHERE table_name = 'feed_state' AND column_name = 'counts_base')",
+    )
+    .fetch_one(&ctx.pool)
+    .await?;
+    let mut w = WorkloadResult::new("feed-cold");
+
+    // Every seeded user with a team, by tenant index.
+    let tenant_of: std::collections::HashMap<uuid::Uuid, i64> =
+        (0..ctx.tier.tenants).map(|t| (tenant_uuid(t), t)).collect();
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT DISTINCT tenant_id, user_id FROM memberships ORDER BY tenant_id, user_id",
+    )
+    .fetch_all(&ctx.pool)
+    .await?;
+    let users: Vec<(i64, String)> = rows
+        .into_iter()
+        .filter_map(|(tenant, user)| Some((*tenant_of.get(&tenant)?, user)))
+        .collect();
+    anyhow::ensure!(users.len() >= 100, "only {} seeded readers", users.len());
+    let order = zipf_order(&users);
+    let tokens: Vec<String> = order
+        .iter()
+        .map(|(t, u)| user_token(*t, u))
+        .collect::<anyhow::Result<_>>()?;
+    let token_file = ctx.work_dir.join("feed-cold-tokens.txt");
+    std::fs::write(&token_file, tokens.join("\n"))?;
+    let closed = wrk_script(ctx, &token_file, 0.0)?;
+    let hot_reader = super::feed::pick_reader(ctx).await?;
+    let hot_token = user_token(0, &hot_reader.user_id)?;
+    let duration = ctx.tier.measure;
+    let connections = ctx.tier.connections;
+
+    let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
+    let mut first_read_share = vec![];
+    let (mut bases_stored, mut bases_dropped) = (0.0, 0.0);
+    for rep in 0..ctx.tier.reps {
+        if stored_bases {
+            sqlx::query(
+                "UPDATE feed_state SET counts_base = NULL, counts_base_teams = NULL
+                 WHERE counts_base IS NOT NULL",
+            )
+            .execute(&ctx.pool)
+            .await?;
+        }
+        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a")).await?;
+        let m = ctx
+            .tools
+            .wrk(&server.base_url, &closed, connections, duration)
+            .await;
+        let label = "tidings_counts_bases_stored_total";
+        bases_stored += metric(ctx, &server, label, "result=\"stored\"").await?;
+        bases_dropped += metric(ctx, &server, label, "result=\"dropped\"").await?;
+        server.stop().await;
+        let m = m?;
+        first_read_share.push((tokens.len() as f64 / m.requests).min(1.0));
+        first_ever.push(m);
+        // Let the last background writes land.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}b")).await?;
+        let outcome = async {
+            let cold = ctx
+                .tools
+                .wrk(&server.base_url, &closed, connections, duration)
+                .await?;
+            let again = ctx
+                .tools
+                .wrk(&server.base_url, &closed, connections, duration)
+                .await?;
+            let req =
+                HttpRequest::get(format!("{}?limit=20", server.url("/v1/feed"))).bearer(&hot_token);
+            let hot = ctx
+                .tools
+                .oha(&req, Load::Max { connections }, duration)
+                .await?;
+            anyhow::Ok((cold, again, hot))
+        }
+        .await;
+        server.stop().await;
+        let (cold, again, h) = outcome?;
+        first_read_share.push((tokens.len() as f64 / cold.requests).min(1.0));
+        stored.push(cold);
+        second.push(again);
+        hot.push(h);
+    }
+
+    // Open loop at half the stored-base maximum, on a fresh server.
+    let rps = |ms: &[Measure]| ms.iter().map(|m| m.requests_per_sec).collect::<Vec<_>>();
+    let half = Spread::of(&rps(&stored)).median / 2.0;
+    let delay_ms = f64::from(connections) / half * 1000.0;
+    let paced = wrk_script(ctx, &token_file, delay_ms)?;
+    let server = fresh_server(ctx, "serve-feed-cold-paced").await?;
+    let at_half = ctx
+        .tools
+        .wrk(
+            &server.base_url,
+            &paced,
+            connections,
+            ctx.tier.latency_measure,
+        )
+        .await;
+    server.stop().await;
+    let at_half = at_half.context("the paced cold reads")?;
+
+    let mut table = Table::new(
+        "First pages (limit 20) by distinct users, each read its user's first on the instance \
+         (wrk, closed loop; median (min–max) over the repetitions)",
+        &["readers", "req/s", "p99 ms", "÷ hot"],
+    );
+    let hot_rps = rps(&hot);
+    let show = |name: &str, ms: &[Measure], table: &mut Table| {
+        let r = rps(ms);
+        let ratios: Vec<f64> = r.iter().zip(&hot_rps).map(|(a, b)| a / b).collect();
+        let p99: Vec<f64> = ms.iter().filter_map(|m| m.p99_ms).collect();
+        table.row(vec![
+            name.to_string(),
+            Spread::of(&r).show(0),
+            Spread::of(&p99).show(1),
+            Spread::of(&ratios).show(2),
+        ]);
+    };
+    show(
+        "first read ever (no stored base: teams loaded, counts walked)",
+        &first_ever,
+        &mut table,
+    );
+    show(
+        "first read on the instance, stored base",
+        &stored,
+        &mut table,
+    );
+    show(
+        "second pass (teams cached, counts carried over in memory)",
+        &second,
+        &mut table,
+    );
+    show(
+        "the feed workload's one hot reader (best case; oha)",
+        &hot,
+        &mut table,
+    );
+    w.tables.push(table);
+
+    let (first_rps, stored_rps, second_rps) = (rps(&first_ever), rps(&stored), rps(&second));
+    w.ratios.push(Ratio::new(
+        "cold readers ÷ the hot reader (first reads on the instance, stored bases)",
+        "first pages/s, distinct users, each their first read on a fresh instance",
+        "first pages/s of the feed workload's one hot reader, same server",
+        Some(0.8),
+        &stored_rps,
+        &hot_rps,
+    ));
+    w.ratios.push(Ratio::new(
+        "first reads ever ÷ the hot reader",
+        "first pages/s, distinct users, no stored counts base (counts walked)",
+        "first pages/s of the feed workload's one hot reader, same run",
+        None,
+        &first_rps,
+        &hot_rps,
+    ));
+    w.ratios.push(Ratio::new(
+        "cold readers: stored counts base ÷ none (same run)",
+        "first pages/s, first reads on the instance with stored bases",
+        "the same reads with no stored base (first reads ever)",
+        None,
+        &stored_rps,
+        &first_rps,
+    ));
+    w.ratios.push(Ratio::new(
+        "second pass ÷ the hot reader",
+        "first pages/s, the same users again on the same instance",
+        "first pages/s of the feed workload's one hot reader",
+        None,
+        &second_rps,
+        &hot_rps,
+    ));
+    w.aims.push(Aim::at_least(
+        "cold readers' first pages/s (first reads on the instance, stored bases)",
+        Spread::of(&stored_rps).median,
+        "req/s",
+        3000.0,
+    ));
+    w.aims.push(Aim::below(
+        "cold readers' p99 at half their maximum (wrk with think time)",
+        at_half.p99_ms.unwrap_or(f64::NAN),
+        "ms",
+        10.0,
+    ));
+    w.figure("readers", tokens.len());
+    w.figure("first_read_share", Spread::of(&first_read_share));
+    w.figure("bases_stored", bases_stored);
+    w.figure("bases_dropped", bases_dropped);
+    w.figure("stored_bases_supported", stored_bases);
+    w.figure("at_half_rate_per_sec", at_half.requests_per_sec);
+    w.figure("at_half_p50_ms", at_half.p50_ms);
+    w.figure("at_half_p99_ms", at_half.p99_ms);
+    w.figure("at_half_p999_ms", at_half.p999_ms);
+    w.notes.push(format!(
+        "{} readers in a Zipf-weighted order (s = 1), each once; share of requests that were \
+         their user's first on the instance: {}. Bases stored in the first-read passes: {} \
+         ({} dropped while two writes were in flight). At half the maximum ({:.0} req/s \
+         aimed, {:.0} measured): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms.",
+        tokens.len(),
+        Spread::of(&first_read_share).show(2),
+        bases_stored,
+        bases_dropped,
+        half,
+        at_half.requests_per_sec,
+        at_half.p50_ms.unwrap_or(f64::NAN),
+        at_half.p99_ms.unwrap_or(f64::NAN),
+        at_half.p999_ms.unwrap_or(f64::NAN),
+    ));
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::zipf_order;
+
+    #[test]
+    fn the_zipf_order_holds_every_user_once_with_few_drawn_early() {
+        let users: Vec<u32> = (0..5_000).collect();
+        let order = zipf_order(&users);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, users);
+        assert_eq!(order, zipf_order(&users), "deterministic");
+        assert_ne!(order[..100], users[..100], "shuffled");
+    }
+}
