@@ -131,7 +131,7 @@ fn describe() {
     describe_counter!(
         "tidings_counts_bases_stored_total",
         "Badge counts bases written to the database for other instances' first reads, \
-         by result (stored, dropped while enough writes were in flight, failed)"
+         by result (stored, dropped while the queue was full, failed)"
     );
     describe_counter!(
         "tidings_retention_purged_rows_total",
@@ -295,18 +295,18 @@ pub fn cache_lookup(cache: &'static str, result: CacheLookup) {
 #[derive(Debug, Clone, Copy)]
 pub enum BaseStore {
     Stored,
-    /// Not attempted: enough writes were in flight.
+    /// Not queued: the queue was full.
     Dropped,
     Failed,
 }
 
-pub fn counts_base_stored(result: BaseStore) {
+pub fn counts_base_stored(result: BaseStore, bases: u64) {
     let result = match result {
         BaseStore::Stored => "stored",
         BaseStore::Dropped => "dropped",
         BaseStore::Failed => "failed",
     };
-    counter!("tidings_counts_bases_stored_total", "result" => result).increment(1);
+    counter!("tidings_counts_bases_stored_total", "result" => result).increment(bases);
 }
 
 /// One retention batch on `table`: rows deleted and how long it took.

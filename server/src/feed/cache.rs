@@ -19,16 +19,17 @@
 //! not seen; a read that walked far stores its base back in the background.
 
 use std::{
+    collections::HashMap,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
     time::Duration,
 };
 
 use moka::future::Cache;
 use sqlx::PgPool;
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::{
@@ -74,15 +75,39 @@ const COUNTS_CAPACITY: u64 = 100_000;
 /// make that statement walk from the floors.
 pub struct CountsBases {
     entries: Cache<(Uuid, String), CountedWith>,
-    /// Bounds the background writes of bases to the database
-    /// ([`CountsBases::store`]): one beyond them is dropped, not queued, so a
-    /// burst of first reads (one tenant's or many) never queues work on the
-    /// primary; a dropped write costs a later first read a walk.
-    storing: Arc<Semaphore>,
+    /// The queue of bases to store in the database ([`CountsBases::store`]),
+    /// drained by one writer task per instance, started by the first base.
+    storing: OnceLock<mpsc::Sender<stored_base::Stored>>,
 }
 
-/// Background writes of bases in flight at once, per instance.
-const STORING_AT_ONCE: usize = 2;
+/// Bases waiting to be stored, per instance: one more is dropped, not
+/// queued, so a burst of long walks (one tenant's or many) never grows
+/// memory or queues work on the primary; a dropped base costs a later first
+/// read a walk.
+const STORING_QUEUE: usize = 4096;
+/// Bases per statement of the writer: it takes what has queued, up to this.
+const STORING_BATCH: usize = 256;
+
+/// The writer of queued bases: each statement stores what has queued (up to
+/// [`STORING_BATCH`]; a user's latest base only), until the queue closes.
+async fn store_bases(pool: PrimaryPool, mut waiting: mpsc::Receiver<stored_base::Stored>) {
+    let mut batch = Vec::with_capacity(STORING_BATCH);
+    while waiting.recv_many(&mut batch, STORING_BATCH).await > 0 {
+        let mut latest: HashMap<(Uuid, String), stored_base::Stored> = HashMap::new();
+        for base in batch.drain(..) {
+            latest.insert((base.tenant_id, base.user_id.clone()), base);
+        }
+        let bases: Vec<stored_base::Stored> = latest.into_values().collect();
+        let n = bases.len() as u64;
+        match stored_base::save(&pool, &bases).await {
+            Ok(()) => instruments::counts_base_stored(instruments::BaseStore::Stored, n),
+            Err(error) => {
+                instruments::counts_base_stored(instruments::BaseStore::Failed, n);
+                tracing::debug!(%error, "storing counts bases failed");
+            }
+        }
+    }
+}
 
 /// A base and the teams it was counted with.
 type CountedWith = (Arc<[Membership]>, CountsBase);
@@ -94,13 +119,13 @@ impl CountsBases {
                 .max_capacity(COUNTS_CAPACITY)
                 .time_to_live(COUNTS_TTL)
                 .build(),
-            storing: Arc::new(Semaphore::new(STORING_AT_ONCE)),
+            storing: OnceLock::new(),
         }
     }
 
-    /// Stores the user's base in the database, in the background, for any
+    /// Queues the user's base to be stored in the database, for any
     /// instance's next first read of the user; dropped when
-    /// [`STORING_AT_ONCE`] writes are in flight.
+    /// [`STORING_QUEUE`] bases are waiting.
     pub fn store(
         &self,
         pool: &PrimaryPool,
@@ -109,24 +134,20 @@ impl CountsBases {
         teams: &[Membership],
         base: CountsBase,
     ) {
-        let Ok(permit) = self.storing.clone().try_acquire_owned() else {
-            instruments::counts_base_stored(instruments::BaseStore::Dropped);
-            return;
-        };
-        let pool = pool.clone();
-        let user_id = user_id.to_string();
-        let key = stored_base::teams_key(teams);
-        tokio::spawn(async move {
-            let stored = stored_base::save(&pool, tenant_id, &user_id, key, &base).await;
-            drop(permit);
-            match stored {
-                Ok(()) => instruments::counts_base_stored(instruments::BaseStore::Stored),
-                Err(error) => {
-                    instruments::counts_base_stored(instruments::BaseStore::Failed);
-                    tracing::debug!(%error, "storing a counts base failed");
-                }
-            }
+        let queue = self.storing.get_or_init(|| {
+            let (queue, waiting) = mpsc::channel(STORING_QUEUE);
+            tokio::spawn(store_bases(pool.clone(), waiting));
+            queue
         });
+        let base = stored_base::Stored {
+            tenant_id,
+            user_id: user_id.to_string(),
+            teams_key: stored_base::teams_key(teams),
+            base,
+        };
+        if queue.try_send(base).is_err() {
+            instruments::counts_base_stored(instruments::BaseStore::Dropped, 1);
+        }
     }
 
     /// The user's base, if it was counted with exactly these teams.

@@ -122,6 +122,9 @@ pub struct CountsBase {
 }
 
 impl CountsBase {
+    /// The length of a [`CountsBase::param`] array.
+    pub const PARAM_LEN: usize = 9;
+
     /// The base a [`CountsBase::param`] array holds; `None` for any other shape.
     pub fn from_param(a: &[i64]) -> Option<CountsBase> {
         let &[counted_below, seen_tx, seen_id, read_tx, read_id, purges, budget, unseen, unread] =

@@ -7,9 +7,9 @@
 //! anyway when the user's teams are not cached ([`load_reader`]), and handed
 //! to the feed statements like a base kept in memory: checked in the
 //! statement's own snapshot, never trusted (see [`CountsBase`]). It is written
-//! in the background after a read that walked far ([`save`]), never in a
-//! request's transaction: a lost, stale or racing write costs a later read a
-//! walk, never a wrong count.
+//! in the background after a read that walked far, in batches ([`save`]),
+//! never in a request's transaction: a lost, stale or racing write costs a
+//! later read a walk, never a wrong count.
 
 use sqlx::PgExecutor;
 use tidings_core::Position;
@@ -93,28 +93,45 @@ pub async fn load_reader(
     Ok(Reader { teams, stored_base })
 }
 
-/// Stores `base`, counted with the teams of key `teams_key`, as the user's
-/// (creating the user's `feed_state` row, at the watermarks' origin, when
-/// there is none). Only the base's columns are written: the watermarks are
-/// the marks' alone (`store::feed::marks`).
-pub async fn save(
-    db: impl PgExecutor<'_>,
-    tenant_id: Uuid,
-    user_id: &str,
-    teams_key: i64,
-    base: &CountsBase,
-) -> sqlx::Result<()> {
-    sqlx::query(
+/// A base to store: the user's, counted with the teams of key `teams_key`.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub tenant_id: Uuid,
+    pub user_id: String,
+    pub teams_key: i64,
+    pub base: CountsBase,
+}
+
+/// Stores each base as its user's, in one statement (creating a user's
+/// `feed_state` row, at the watermarks' origin, when there is none). Only
+/// the base's columns are written: the watermarks are the marks' alone
+/// (`store::feed::marks`). A user may appear once; rows are written in key
+/// order, so two instances' batches cannot deadlock.
+pub async fn save(db: impl PgExecutor<'_>, bases: &[Stored]) -> sqlx::Result<()> {
+    let mut sorted: Vec<&Stored> = bases.iter().collect();
+    sorted.sort_by(|a, b| (a.tenant_id, &a.user_id).cmp(&(b.tenant_id, &b.user_id)));
+    let tenants: Vec<Uuid> = sorted.iter().map(|s| s.tenant_id).collect();
+    let users: Vec<&str> = sorted.iter().map(|s| s.user_id.as_str()).collect();
+    let keys: Vec<i64> = sorted.iter().map(|s| s.teams_key).collect();
+    let flat: Vec<i64> = sorted
+        .iter()
+        .flat_map(|s| CountsBase::param(Some(&s.base)))
+        .collect();
+    sqlx::query(&format!(
         "INSERT INTO feed_state (tenant_id, user_id, counts_base, counts_base_teams)
-         VALUES ($1, $2, $3, $4)
+         SELECT b.tenant_id, b.user_id, ($4::bigint[])[(b.n - 1) * {len} + 1 : b.n * {len}],
+                b.teams_key
+         FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY
+              AS b (tenant_id, user_id, teams_key, n)
          ON CONFLICT (tenant_id, user_id) DO UPDATE
             SET counts_base = EXCLUDED.counts_base,
                 counts_base_teams = EXCLUDED.counts_base_teams",
-    )
-    .bind(tenant_id)
-    .bind(user_id)
-    .bind(CountsBase::param(Some(base)))
-    .bind(teams_key)
+        len = CountsBase::PARAM_LEN
+    ))
+    .bind(&tenants)
+    .bind(&users)
+    .bind(&keys)
+    .bind(&flat)
     .execute(db)
     .await?;
     Ok(())
