@@ -5,11 +5,12 @@
 //! (its counts carried over in memory, its teams cached); this is the case
 //! most reads are.
 //!
-//! The readers are every seeded user, in a Zipf-weighted order (s = 1 over a
-//! fixed shuffle: a few users are drawn early, most late), each once: wrk
-//! (2 threads, Lua) hands out their tokens in that order, so until the list
-//! is exhausted every request is its user's first on the instance. Each
-//! repetition, interleaved:
+//! The readers are the seeded users in a Zipf-weighted order (s = 1 over a
+//! fixed shuffle: a few users are drawn early, most late): wrk (2 threads,
+//! Lua) hands out their tokens in that order, each once, and each pass stops
+//! after the first [`PER_PASS`] of them (all at tier S), so every request is
+//! its user's first on the instance and every pass reads the same users.
+//! Each repetition, interleaved:
 //!
 //! 1. **first read ever**: every stored counts base dropped
 //!    (`feed_state.counts_base`), a fresh `tidings serve`: each read loads
@@ -40,6 +41,11 @@ use crate::{
     server::{main_server_env, Launch, Tidings, METRICS_TOKEN},
     stats::Spread,
 };
+
+/// Users each pass reads (at most): ~6 s at tier M's cold rate.
+const PER_PASS: usize = 6_000;
+/// The longest a pass may take (wrk's duration; a pass stops when read).
+const PASS_CAP: Duration = Duration::from_secs(60);
 
 /// The seeded users in a Zipf-weighted order (s = 1), each once: draws with
 /// weight 1/rank over a fixed shuffle, first occurrences kept, the users never
@@ -84,45 +90,52 @@ fn zipf_order<T: Clone>(users: &[T]) -> Vec<T> {
     order
 }
 
-/// A wrk script reading the first page of each token's user in file order;
-/// thread t takes tokens t, t + threads, …, wrapping when the list ends.
+/// A wrk script reading the first page of each token's user in file order:
+/// thread t of two takes tokens t, t + 2, …, and stops after `per_thread`
+/// answers, so a pass reads about 2 × `per_thread` distinct users (a
+/// connection's request in flight at the stop may read one more each).
 /// `delay_ms`: think time per request and connection (0: closed loop).
 fn wrk_script(
     ctx: &Ctx,
     tokens: &std::path::Path,
+    per_thread: usize,
     delay_ms: f64,
 ) -> anyhow::Result<std::path::PathBuf> {
+    // `tid` is the global each thread's `setup` sets: a `local tid` here
+    // would shadow it and send both threads down the same tokens.
     let lua = format!(
         r#"
 local tokens = {{}}
 for line in io.lines({tokens:?}) do tokens[#tokens + 1] = line end
 local threads = 0
-local tid = 0
 local counter = 0
+local answered = 0
 function setup(thread)
   thread:set("tid", threads)
   threads = threads + 1
-end
-function init(args)
-  counter = 0
 end
 function delay()
   return {delay_ms}
 end
 function request()
-  local i = (counter * 2 + tid) % #tokens + 1
+  local i = (counter * 2 + (tid or 0)) % #tokens + 1
   counter = counter + 1
   local headers = {{}}
   headers["Authorization"] = "Bearer " .. tokens[i]
   return wrk.format("GET", "/v1/feed?limit=20", headers)
 end
+function response(status, headers, body)
+  answered = answered + 1
+  if answered >= {per_thread} then wrk.thread:stop() end
+end
 {WRK_DONE_LUA}
 "#,
         tokens = tokens.display().to_string(),
     );
-    let path = ctx
-        .work_dir
-        .join(format!("feed-cold-{}.lua", delay_ms.round() as i64));
+    let path = ctx.work_dir.join(format!(
+        "feed-cold-{per_thread}-{}.lua",
+        delay_ms.round() as i64
+    ));
     std::fs::write(&path, lua)?;
     Ok(path)
 }
@@ -192,10 +205,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         .collect::<anyhow::Result<_>>()?;
     let token_file = ctx.work_dir.join("feed-cold-tokens.txt");
     std::fs::write(&token_file, tokens.join("\n"))?;
-    let closed = wrk_script(ctx, &token_file, 0.0)?;
+    // Each pass reads the same first users of the order, each once: as many
+    // as a pass of the tier's length reads at a few thousand per second.
+    let per_pass = tokens.len().min(PER_PASS);
+    let closed = wrk_script(ctx, &token_file, per_pass / 2, 0.0)?;
     let hot_reader = super::feed::pick_reader(ctx).await?;
     let hot_token = user_token(0, &hot_reader.user_id)?;
-    let duration = ctx.tier.measure;
     let connections = ctx.tier.connections;
 
     let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
@@ -213,14 +228,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a")).await?;
         let m = ctx
             .tools
-            .wrk(&server.base_url, &closed, connections, duration)
+            .wrk(&server.base_url, &closed, connections, PASS_CAP)
             .await;
         let label = "tidings_counts_bases_stored_total";
         bases_stored += metric(ctx, &server, label, "result=\"stored\"").await?;
         bases_dropped += metric(ctx, &server, label, "result=\"dropped\"").await?;
         server.stop().await;
         let m = m?;
-        first_read_share.push((tokens.len() as f64 / m.requests).min(1.0));
+        first_read_share.push((per_pass as f64 / m.requests).min(1.0));
         first_ever.push(m);
         // Let the last background writes land.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -229,24 +244,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         let outcome = async {
             let cold = ctx
                 .tools
-                .wrk(&server.base_url, &closed, connections, duration)
+                .wrk(&server.base_url, &closed, connections, PASS_CAP)
                 .await?;
             let again = ctx
                 .tools
-                .wrk(&server.base_url, &closed, connections, duration)
+                .wrk(&server.base_url, &closed, connections, PASS_CAP)
                 .await?;
             let req =
                 HttpRequest::get(format!("{}?limit=20", server.url("/v1/feed"))).bearer(&hot_token);
             let hot = ctx
                 .tools
-                .oha(&req, Load::Max { connections }, duration)
+                .oha(&req, Load::Max { connections }, ctx.tier.measure)
                 .await?;
             anyhow::Ok((cold, again, hot))
         }
         .await;
         server.stop().await;
         let (cold, again, h) = outcome?;
-        first_read_share.push((tokens.len() as f64 / cold.requests).min(1.0));
+        first_read_share.push((per_pass as f64 / cold.requests).min(1.0));
         stored.push(cold);
         second.push(again);
         hot.push(h);
@@ -256,7 +271,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let rps = |ms: &[Measure]| ms.iter().map(|m| m.requests_per_sec).collect::<Vec<_>>();
     let half = Spread::of(&rps(&stored)).median / 2.0;
     let delay_ms = f64::from(connections) / half * 1000.0;
-    let paced = wrk_script(ctx, &token_file, delay_ms)?;
+    // Users the first passes read (their bases stored), as many as the
+    // latency measurement's length reads at that rate.
+    let paced_users = ((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass);
+    let paced = wrk_script(ctx, &token_file, paced_users / 2, delay_ms)?;
     let server = fresh_server(ctx, "serve-feed-cold-paced").await?;
     let at_half = ctx
         .tools
@@ -355,6 +373,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         10.0,
     ));
     w.figure("readers", tokens.len());
+    w.figure("readers_per_pass", per_pass);
     w.figure("first_read_share", Spread::of(&first_read_share));
     // Positive, or storing is broken (the dropped ones, often none, are in the note).
     w.figure("bases_stored", bases_stored);
@@ -364,11 +383,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.figure("at_half_p99_ms", at_half.p99_ms);
     w.figure("at_half_p999_ms", at_half.p999_ms);
     w.notes.push(format!(
-        "{} readers in a Zipf-weighted order (s = 1), each once; share of requests that were \
-         their user's first on the instance: {}. Bases stored in the first-read passes: {} \
+        "{} readers in a Zipf-weighted order (s = 1); each pass reads the first {} of them, \
+         each once; share of requests that were their user's first on the instance: {}. Bases stored in the first-read passes: {} \
          ({} dropped while the queue was full). At half the maximum ({:.0} req/s \
          aimed, {:.0} measured): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms.",
         tokens.len(),
+        per_pass,
         Spread::of(&first_read_share).show(2),
         bases_stored,
         bases_dropped,

@@ -605,7 +605,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
                 n * 2
             ),
             "in_app + email alerts with no category, template or preference rows, same run",
-            None,
+            // Content and consent may cost the ingest at most 20 %.
+            Some(0.8),
             &rows(&consent[si], si),
             &rows(&plain_email[si], si),
         ));
