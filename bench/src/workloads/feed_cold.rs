@@ -10,7 +10,9 @@
 //! the first [`PER_PASS`] of them (all at tier S) in that order, each once,
 //! through the harness's own HTTP client ([`read_each`]), so every request is
 //! its user's first on the instance and every pass reads the same users.
-//! Each repetition, interleaved:
+//! Every fresh server is first warmed up by the hot reader's reads (its
+//! pool filled, its horizon read): what is cold is the users, not the
+//! process. Each repetition, interleaved:
 //!
 //! 1. **first read ever**: every stored counts base dropped
 //!    (`feed_state.counts_base`), a fresh `tidings serve`: each read loads
@@ -197,15 +199,21 @@ async fn metric(ctx: &Ctx, server: &Tidings, name: &str, label: &str) -> anyhow:
         .sum())
 }
 
-async fn fresh_server(ctx: &Ctx, name: &str) -> anyhow::Result<Tidings> {
-    Tidings::serve(Launch {
+/// A fresh `tidings serve`, warmed up by `warm_up` reads (the hot reader's):
+/// its database pool filled and its horizon read, so that the passes measure
+/// users the instance has not seen, not a process starting (whose first
+/// requests wait for connections to open).
+async fn fresh_server(ctx: &Ctx, name: &str, warm_up: &[String]) -> anyhow::Result<Tidings> {
+    let server = Tidings::serve(Launch {
         bin: &ctx.bin,
         database_url: &ctx.target.url,
         log_dir: &ctx.work_dir,
         name,
         env: main_server_env(),
     })
-    .await
+    .await?;
+    read_each(&server.base_url, warm_up, ctx.tier.connections, None).await?;
+    Ok(server)
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
@@ -248,6 +256,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let pass = &tokens[..per_pass];
     let hot_reader = super::feed::pick_reader(ctx).await?;
     let hot_tokens = vec![user_token(0, &hot_reader.user_id)?; per_pass];
+    let warm_up = &hot_tokens[..(ctx.tier.connections as usize * 8).min(per_pass)];
     let connections = ctx.tier.connections;
 
     let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
@@ -261,7 +270,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .execute(&ctx.pool)
             .await?;
         }
-        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a")).await?;
+        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a"), warm_up).await?;
         let m = read_each(&server.base_url, pass, connections, None).await;
         let label = "tidings_counts_bases_stored_total";
         bases_stored += metric(ctx, &server, label, "result=\"stored\"").await?;
@@ -272,7 +281,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         // Let the last background writes land.
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}b")).await?;
+        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}b"), warm_up).await?;
         let outcome = async {
             let cold = read_each(&server.base_url, pass, connections, None).await?;
             let again = read_each(&server.base_url, pass, connections, None).await?;
@@ -293,7 +302,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // Users the first passes read (their bases stored), as many as the
     // latency measurement's length reads at that rate.
     let paced_users = ((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass);
-    let server = fresh_server(ctx, "serve-feed-cold-paced").await?;
+    let server = fresh_server(ctx, "serve-feed-cold-paced", warm_up).await?;
     let at_half = read_each(
         &server.base_url,
         &tokens[..paced_users],
