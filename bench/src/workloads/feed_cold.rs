@@ -40,7 +40,7 @@ use std::{
 
 use anyhow::Context;
 
-use super::{user_token, Ctx};
+use super::{counter_sum, user_token, Ctx};
 use crate::{
     loadgen::Measure,
     report::{Aim, Ratio, Table, WorkloadResult},
@@ -181,9 +181,9 @@ async fn read_each(
     })
 }
 
-/// A metric's value summed over its series with `label`, from `/metrics`.
-async fn metric(ctx: &Ctx, server: &Tidings, name: &str, label: &str) -> anyhow::Result<f64> {
-    let text = ctx
+/// The server's `/metrics` text.
+async fn scrape(ctx: &Ctx, server: &Tidings) -> anyhow::Result<String> {
+    Ok(ctx
         .http
         .get(server.url("/metrics"))
         .bearer_auth(METRICS_TOKEN)
@@ -191,12 +191,7 @@ async fn metric(ctx: &Ctx, server: &Tidings, name: &str, label: &str) -> anyhow:
         .await?
         .error_for_status()?
         .text()
-        .await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .await?)
 }
 
 /// A fresh `tidings serve`, warmed up by `warm_up` reads (the hot reader's):
@@ -272,9 +267,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         }
         let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a"), warm_up).await?;
         let m = read_each(&server.base_url, pass, connections, None).await;
-        let label = "tidings_counts_bases_stored_total";
-        bases_stored += metric(ctx, &server, label, "result=\"stored\"").await?;
-        bases_dropped += metric(ctx, &server, label, "result=\"dropped\"").await?;
+        let metrics = scrape(ctx, &server).await?;
+        let name = "tidings_counts_bases_stored_total";
+        bases_stored += counter_sum(&metrics, name, "result=\"stored\"");
+        bases_dropped += counter_sum(&metrics, name, "result=\"dropped\"");
         server.stop().await;
         let m = m?;
         first_ever.push(m);

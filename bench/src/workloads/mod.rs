@@ -316,6 +316,16 @@ pub fn user_token(tenant: i64, user_id: &str) -> anyhow::Result<String> {
     )?)
 }
 
+/// A Prometheus counter from `/metrics` text: the sum of its series whose
+/// labels contain `label` ("" for all of them).
+pub fn counter_sum(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| l[name.len()..].starts_with(['{', ' ']) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A PostgreSQL array literal for pgbench's `-D` (`{a,b}`; quoted elements).
 pub fn pg_array<T: std::fmt::Display>(items: &[T]) -> String {
     let inner: Vec<String> = items

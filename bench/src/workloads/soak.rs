@@ -30,7 +30,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use super::{fmt_ms, Ctx};
+use super::{counter_sum, fmt_ms, Ctx};
 use crate::{
     pg::Target,
     plots,
@@ -256,14 +256,6 @@ async fn ok(answer: reqwest::Result<reqwest::Response>) -> bool {
 }
 
 /// The sum of every sample of a counter in Prometheus text.
-fn counter_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn rss_bytes(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -463,7 +455,7 @@ async fn soak(
                 interval.tick().await;
                 if let Ok(reply) = h.get(&url).bearer_auth(METRICS_TOKEN).send().await {
                     if let Ok(text) = reply.text().await {
-                        let rows = counter_sum(&text, "tidings_retention_purged_rows_total");
+                        let rows = counter_sum(&text, "tidings_retention_purged_rows_total", "");
                         out.push((t0.elapsed().as_secs_f64(), rows));
                     }
                 }
@@ -830,7 +822,7 @@ mod tests {
                     tidings_retention_purged_rows_total{table=\"alerts\"} 2.5\n\
                     tidings_retention_purged_rows_total_other 99\n";
         assert_eq!(
-            counter_sum(text, "tidings_retention_purged_rows_total"),
+            counter_sum(text, "tidings_retention_purged_rows_total", ""),
             12.5
         );
     }
