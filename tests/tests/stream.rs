@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tidings_core::Position;
 use tidings_tests::{
+    alert,
     client::position,
     member_of, member_of_with, openapi, post_event, sql,
     sse::{SseEvent, SseStream, StreamCredential},
@@ -252,6 +253,29 @@ async fn an_item_posted_on_one_instance_reaches_a_stream_on_another() {
     let mut stream = open(&other, &token).await;
     let event = post_event(&f.api(), "team", "cross").await;
     assert_eq!(next_item(&mut stream).await["id"], event["id"]);
+}
+
+/// A write committed on the stream's own instance is pushed without waiting
+/// for the tick: with a tick of ten minutes, an event and an in-app alert
+/// still arrive.
+#[tokio::test]
+async fn a_write_on_the_same_instance_is_pushed_before_the_tick() {
+    let (f, token) = member_of_with(
+        AppOptions::env([("TIDINGS_STREAM_TICK_MS", "600000")]),
+        "team",
+        "u",
+    )
+    .await;
+    let mut stream = open(&f.app, &token).await;
+    let event = post_event(&f.api(), "team", "now").await;
+    assert_eq!(next_item(&mut stream).await["id"], event["id"]);
+    f.api()
+        .create_alert(&alert().recipients(&["u"]).entity("inv-now").build())
+        .expect(202)
+        .await;
+    let pushed = next_item(&mut stream).await;
+    assert_eq!(pushed["source"], "alert", "{pushed}");
+    assert_eq!(pushed["object_id"], "inv-now", "{pushed}");
 }
 
 #[tokio::test]

@@ -113,6 +113,7 @@ pub async fn post_events(
         });
     }
     tx.commit().await?;
+    state.stream.wake_for(tenant_id);
     // Taken after the commit, so at or past it; a pure replay wrote nothing
     // (its original is as old as the sender's first try), and still gets one.
     let token = state.replicas.written().await?;

@@ -261,6 +261,8 @@ impl AlertsApi {
                     body: serde_json::to_vec(&out).map_err(anyhow::Error::from)?,
                 };
                 pending.commit(response).await.map_err(submit_problem)?;
+                // Its in-app items reach streams here without waiting for the tick.
+                self.state.stream.wake_for(auth.0.tenant_id);
                 Ok(AlertAccepted::Accepted(Json(out), None))
             }
             Submitted::Replayed(saved) => {

@@ -147,6 +147,9 @@ pub struct HubLimits {
 pub struct Hub {
     state: Mutex<HubState>,
     limits: HubLimits,
+    /// Set by a feed write this instance committed for a tenant with
+    /// streams here; the tail loop reads at once instead of at its tick.
+    woken: tokio::sync::Notify,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -186,6 +189,7 @@ impl Hub {
         Hub {
             state: Mutex::new(HubState::default()),
             limits,
+            woken: tokio::sync::Notify::new(),
         }
     }
 
@@ -402,6 +406,21 @@ impl Hub {
 
     pub fn has_tenants(&self) -> bool {
         self.with_state(|s| !s.tenants.is_empty())
+    }
+
+    /// After a feed write of `tenant_id` committed on this instance: when
+    /// the tenant has streams here, the tail loop reads now rather than at
+    /// its next tick. A wake while a tail runs is kept for after it.
+    pub fn wake_for(&self, tenant_id: Uuid) {
+        if self.with_state(|s| s.tenants.contains_key(&tenant_id)) {
+            self.woken.notify_one();
+        }
+    }
+
+    /// Returns at the next [`Hub::wake_for`] (at once if one came since the
+    /// last call).
+    pub async fn woken(&self) {
+        self.woken.notified().await;
     }
 
     /// Sends the user's new marks to each of their connections.

@@ -43,6 +43,11 @@ use crate::{
 const TAIL_LIMIT: i64 = 5000;
 /// Catch-up page size.
 const CATCH_UP_PAGE: u32 = 100;
+/// Woken tails begin at least this far apart, so that writes arriving
+/// faster cost at most ~100 tails a second (two statements each) rather
+/// than two statements per write; a write waits at most this long for its
+/// tail to begin.
+const MIN_TAIL_GAP: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a stream sends, in order.
 #[derive(Debug, Clone)]
@@ -409,15 +414,28 @@ pub fn spawn(state: &AppState, shutdown: &Shutdown) -> Vec<JoinHandle<()>> {
     ]
 }
 
-/// Each tick while streams are open: one horizon statement (shared with feed
-/// readers) and one tail statement after it, routed in memory.
+/// Each tick while streams are open, and soon after a feed write this
+/// instance committed for a tenant with streams here: one horizon statement
+/// (shared with feed readers) and one tail statement after it, routed in
+/// memory. Writes committed by other instances wait for the tick.
 async fn run_tail(state: AppState, mut shutdown: Shutdown) {
     let tick = state.settings.stream.tick();
+    let gap = MIN_TAIL_GAP.min(tick);
     let mut primary_lost = false;
+    let mut last_tail = Instant::now();
     loop {
-        if shutdown.sleep(tick).await {
-            break;
+        let woken = tokio::select! {
+            stop = shutdown.sleep(tick) => if stop { break } else { false },
+            () = state.stream.woken() => true,
+        };
+        if woken {
+            // A burst of writes shares one tail.
+            let since = last_tail.elapsed();
+            if since < gap && shutdown.sleep(gap - since).await {
+                break;
+            }
         }
+        last_tail = Instant::now();
         state.stream.close_expired(Utc::now().timestamp());
         if !state.stream.has_tenants() {
             continue;
