@@ -4,6 +4,7 @@ use std::process::ExitCode;
 /// small buffers (rows, JSON, headers) on two worker threads, and glibc's
 /// malloc took ~14 % of the service's CPU under feed reads
 /// (bench/findings/allocator-and-build.md, "Why").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -234,6 +234,13 @@ async fn connection(
     let conn = hyper::server::conn::http1::Builder::new()
         // Our own supervisor below times the head, from its first byte.
         .header_read_timeout(None)
+        // No read while a response is under way: hyper's check for the
+        // client hanging up mid-response reserves an 8 KiB read buffer per
+        // connection, a quarter of what an open stream held (heap profile:
+        // bench/findings/stream.md). A client gone is noticed at the next
+        // write instead (a stream's heartbeat or item, a handler's answer),
+        // and a handler is never cancelled halfway by a hang-up.
+        .half_close(true)
         .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(conn, check);

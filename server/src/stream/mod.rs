@@ -337,12 +337,13 @@ impl Connection {
                     let state = classify(item.position, &self.marks, &ReadSet::new());
                     return Some(StreamMessage::Item(item, state));
                 }
-                Outgoing::Marks(status, token) => {
+                Outgoing::Marks(marks) => {
+                    let (status, token) = *marks;
                     self.marks = status.marks;
                     return Some(StreamMessage::Marks(status, token));
                 }
                 Outgoing::MembershipRemoved(team) => {
-                    return Some(StreamMessage::MembershipRemoved(team));
+                    return Some(StreamMessage::MembershipRemoved(*team));
                 }
             }
         }
