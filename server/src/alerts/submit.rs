@@ -7,7 +7,10 @@
 //! nothing and answers with the alert that first created those keys; a
 //! partial replay creates a new alert holding only the new keys.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use sqlx::{PgConnection, Postgres, Transaction};
 use tidings_core::{
@@ -36,6 +39,7 @@ use crate::{
         inbox::{self, InboxOutcome},
         teams as team_store, tenants as tenant_store,
     },
+    stream::Hub,
 };
 
 #[derive(Debug, Clone)]
@@ -635,7 +639,7 @@ impl From<CreateError> for SubmitError {
 /// Either the result of this request, not yet committed, or the saved
 /// response of an earlier identical request.
 pub enum Submitted {
-    Fresh(PendingAlert),
+    Fresh(Box<PendingAlert>),
     Replayed(SavedResponse),
 }
 
@@ -647,6 +651,10 @@ pub enum Submitted {
 /// key's lease expires.
 pub struct PendingAlert {
     pool: PrimaryPool,
+    /// Woken once the alert commits, so its in-app items reach this
+    /// instance's streams without waiting for the tick.
+    stream: Arc<Hub>,
+    tenant: Uuid,
     tx: Transaction<'static, Postgres>,
     lease: Option<Lease>,
     created: AlertCreated,
@@ -660,6 +668,8 @@ impl PendingAlert {
     pub async fn commit(self, response: SavedResponse) -> Result<AlertCreated, SubmitError> {
         let PendingAlert {
             pool,
+            stream,
+            tenant,
             mut tx,
             lease,
             created,
@@ -678,6 +688,7 @@ impl PendingAlert {
             }
             return Err(err);
         }
+        stream.wake_for(tenant);
         Ok(created)
     }
 }
@@ -688,6 +699,7 @@ impl PendingAlert {
 /// saved response commit together (`crate::alerts::idempotency`).
 pub async fn submit(
     pool: &PrimaryPool,
+    stream: &Arc<Hub>,
     config: &AlertsConfig,
     tenant: Uuid,
     idempotency: Option<IdempotencyRequest>,
@@ -710,12 +722,14 @@ pub async fn submit(
     }
     .await;
     match attempt {
-        Ok((tx, created)) => Ok(Submitted::Fresh(PendingAlert {
+        Ok((tx, created)) => Ok(Submitted::Fresh(Box::new(PendingAlert {
             pool: pool.clone(),
+            stream: stream.clone(),
+            tenant,
             tx,
             lease,
             created,
-        })),
+        }))),
         Err(err) => {
             if let Some(lease) = lease {
                 lease.release(pool).await;

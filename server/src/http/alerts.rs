@@ -246,6 +246,7 @@ impl AlertsApi {
         let team = alert.team().is_some();
         let submitted = alerts::submit::submit(
             &self.state.pool,
+            &self.state.stream,
             &self.state.settings.alerts,
             auth.0.tenant_id,
             idempotency,
@@ -261,8 +262,6 @@ impl AlertsApi {
                     body: serde_json::to_vec(&out).map_err(anyhow::Error::from)?,
                 };
                 pending.commit(response).await.map_err(submit_problem)?;
-                // Its in-app items reach streams here without waiting for the tick.
-                self.state.stream.wake_for(auth.0.tenant_id);
                 Ok(AlertAccepted::Accepted(Json(out), None))
             }
             Submitted::Replayed(saved) => {
