@@ -673,7 +673,7 @@ mod tests {
 
     #[test]
     fn chunked_trailers_case_insensitive_matching() {
-        // Regression test for issue #4010: HTTP/1.1 trailers are case-sensitive
+        // Regression test: HTTP/1.1 trailers are case-sensitive
         //
         // Previously, the Trailer header values were stored as HeaderValue (preserving case)
         // and compared against HeaderName (which is always lowercase). This caused trailers
