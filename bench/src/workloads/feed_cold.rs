@@ -25,6 +25,10 @@
 //! 4. **hot**: the `feed` workload's reader, as many reads, on the same
 //!    server and client: the denominator of every ratio here.
 //!
+//! With a before build (`BENCH_BEFORE_BIN`), each repetition also runs step
+//! 2 on a fresh server of that build, before or after this build's in
+//! alternate repetitions.
+//!
 //! Then the open-loop check at half the stored-base maximum, on a fresh
 //! server, over as many of the same users as that rate reads in the tier's
 //! latency measurement. Figures: what became of the bases to be stored
@@ -198,9 +202,14 @@ async fn scrape(ctx: &Ctx, server: &Tidings) -> anyhow::Result<String> {
 /// its database pool filled and its horizon read, so that the passes measure
 /// users the instance has not seen, not a process starting (whose first
 /// requests wait for connections to open).
-async fn fresh_server(ctx: &Ctx, name: &str, warm_up: &[String]) -> anyhow::Result<Tidings> {
+async fn fresh_server(
+    ctx: &Ctx,
+    bin: &std::path::Path,
+    name: &str,
+    warm_up: &[String],
+) -> anyhow::Result<Tidings> {
     let server = Tidings::serve(Launch {
-        bin: &ctx.bin,
+        bin,
         database_url: &ctx.target.url,
         log_dir: &ctx.work_dir,
         name,
@@ -209,6 +218,29 @@ async fn fresh_server(ctx: &Ctx, name: &str, warm_up: &[String]) -> anyhow::Resu
     .await?;
     read_each(&server.base_url, warm_up, ctx.tier.connections, None).await?;
     Ok(server)
+}
+
+/// On a fresh server of `bin`: the users' first reads there (their stored
+/// bases), the same users again, and the hot reader.
+async fn stored_base_passes(
+    ctx: &Ctx,
+    bin: &std::path::Path,
+    name: &str,
+    warm_up: &[String],
+    pass: &[String],
+    hot_tokens: &[String],
+) -> anyhow::Result<(Measure, Measure, Measure)> {
+    let connections = ctx.tier.connections;
+    let server = fresh_server(ctx, bin, name, warm_up).await?;
+    let outcome = async {
+        let cold = read_each(&server.base_url, pass, connections, None).await?;
+        let again = read_each(&server.base_url, pass, connections, None).await?;
+        let hot = read_each(&server.base_url, hot_tokens, connections, None).await?;
+        anyhow::Ok((cold, again, hot))
+    }
+    .await;
+    server.stop().await;
+    outcome
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
@@ -255,6 +287,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let connections = ctx.tier.connections;
 
     let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
+    let (mut before_stored, mut before_hot) = (vec![], vec![]);
     let (mut bases_stored, mut bases_dropped) = (0.0, 0.0);
     for rep in 0..ctx.tier.reps {
         if stored_bases {
@@ -265,7 +298,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .execute(&ctx.pool)
             .await?;
         }
-        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}a"), warm_up).await?;
+        let server =
+            fresh_server(ctx, &ctx.bin, &format!("serve-feed-cold-{rep}a"), warm_up).await?;
         let m = read_each(&server.base_url, pass, connections, None).await;
         let metrics = scrape(ctx, &server).await?;
         let name = "tidings_counts_bases_stored_total";
@@ -277,19 +311,25 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         // Let the last background writes land.
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let server = fresh_server(ctx, &format!("serve-feed-cold-{rep}b"), warm_up).await?;
-        let outcome = async {
-            let cold = read_each(&server.base_url, pass, connections, None).await?;
-            let again = read_each(&server.base_url, pass, connections, None).await?;
-            let hot = read_each(&server.base_url, &hot_tokens, connections, None).await?;
-            anyhow::Ok((cold, again, hot))
+        // This build's stored-base pass and, when given, the before build's,
+        // in alternating order from one repetition to the next.
+        let mut builds = vec![(&ctx.bin, "b")];
+        if let Some(before) = &ctx.before_bin {
+            builds.insert(rep % 2, (before, "before"));
         }
-        .await;
-        server.stop().await;
-        let (cold, again, h) = outcome?;
-        stored.push(cold);
-        second.push(again);
-        hot.push(h);
+        for (bin, label) in builds {
+            let name = format!("serve-feed-cold-{rep}{label}");
+            let (cold, again, h) =
+                stored_base_passes(ctx, bin, &name, warm_up, pass, &hot_tokens).await?;
+            if label == "before" {
+                before_stored.push(cold);
+                before_hot.push(h);
+            } else {
+                stored.push(cold);
+                second.push(again);
+                hot.push(h);
+            }
+        }
     }
 
     // Open loop at half the stored-base maximum, on a fresh server.
@@ -298,7 +338,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // Users the first passes read (their bases stored), as many as the
     // latency measurement's length reads at that rate.
     let paced_users = ((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass);
-    let server = fresh_server(ctx, "serve-feed-cold-paced", warm_up).await?;
+    let server = fresh_server(ctx, &ctx.bin, "serve-feed-cold-paced", warm_up).await?;
     let at_half = read_each(
         &server.base_url,
         &tokens[..paced_users],
@@ -346,6 +386,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         &hot,
         &mut table,
     );
+    if let Some(bin) = &ctx.before_bin {
+        let before_hot_rps = rps(&before_hot);
+        let r = rps(&before_stored);
+        let ratios: Vec<f64> = r.iter().zip(&before_hot_rps).map(|(a, b)| a / b).collect();
+        let p99: Vec<f64> = before_stored.iter().filter_map(|m| m.p99_ms).collect();
+        table.row(vec![
+            "before build: first read on the instance, stored base (÷ its own hot reader)".into(),
+            Spread::of(&r).show(0),
+            Spread::of(&p99).show(1),
+            Spread::of(&ratios).show(2),
+        ]);
+        w.ratios.push(Ratio::new(
+            "cold readers, this build ÷ the before build (same run)",
+            "first pages/s, first reads on the instance with stored bases",
+            "the same reads through the before build",
+            None,
+            &rps(&stored),
+            &r,
+        ));
+        w.figure("before_bin", bin.display().to_string());
+    }
     w.tables.push(table);
 
     let (first_rps, stored_rps, second_rps) = (rps(&first_ever), rps(&stored), rps(&second));

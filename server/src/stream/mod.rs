@@ -538,8 +538,7 @@ async fn credentials_changed(state: &AppState, changed: CredentialsChanged) {
         CredentialsChanged::UserTokensRevoked { tenant_id, user_id } => {
             state
                 .auth_cache
-                .user_cutoffs
-                .invalidate(&(tenant_id, user_id.clone()))
+                .forget_revocation(tenant_id, &user_id)
                 .await;
             if state.stream.has_user(tenant_id, &user_id) {
                 check_revocation(state, tenant_id, &user_id).await;
@@ -561,7 +560,7 @@ async fn credentials_changed(state: &AppState, changed: CredentialsChanged) {
 async fn check_revocation(state: &AppState, tenant_id: Uuid, user_id: &str) {
     match tenant_store::find_user_token_cutoff(&state.pool, tenant_id, user_id).await {
         Ok(Some(at)) => {
-            let cutoff = at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
+            let cutoff = crate::tenants::credentials::revocation_cutoff_second(at);
             state.stream.close_revoked(tenant_id, user_id, cutoff);
         }
         Ok(None) => {}

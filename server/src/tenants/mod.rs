@@ -165,8 +165,7 @@ pub async fn revoke_user_tokens(
     tx.commit().await?;
     state
         .auth_cache
-        .user_cutoffs
-        .invalidate(&(tenant_id, user_id.as_str().to_owned()))
+        .forget_revocation(tenant_id, user_id.as_str())
         .await;
     Ok(cutoff)
 }
