@@ -463,21 +463,6 @@ pub async fn stage_dead_deliveries(pool: &PgPool, ids: &[i64]) {
         .expect("stage dead");
 }
 
-/// Stage: `count` users of the tenant (`revoked-1` …) whose tokens were
-/// revoked just now: as many revocations as that many API calls would leave,
-/// in one statement.
-pub async fn stage_recent_revocations(pool: &PgPool, tenant: &TestTenant, count: i64) {
-    sqlx::query(
-        "INSERT INTO user_token_cutoffs (tenant_id, user_id, not_before)
-         SELECT $1::uuid, 'revoked-' || g, now() FROM generate_series(1, $2) AS g",
-    )
-    .bind(&tenant.id)
-    .bind(count)
-    .execute(pool)
-    .await
-    .expect("stage revocations");
-}
-
 /// Stage: a delivery a worker claimed and is sending right now (as a claim
 /// of a version before migration 0015 stored it, which this version reads
 /// alike).

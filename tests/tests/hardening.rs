@@ -396,65 +396,6 @@ async fn revoking_a_users_tokens_refuses_those_issued_before() {
     f.api().revoke_user_tokens("a\u{200b}b").problem(400).await;
 }
 
-/// An instance's cache lookups of tenants' recent revocations, by result,
-/// from its metrics.
-async fn revocation_lookups(app: &TestApp, result: &str) -> u64 {
-    app.scrape()
-        .await
-        .lines()
-        .filter(|l| l.starts_with("tidings_cache_lookups_total"))
-        .filter(|l| {
-            l.contains("cache=\"revocations\"") && l.contains(&format!("result=\"{result}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-/// Each user's first request on an instance checks the user's revocation
-/// without a round trip of its own: the tenant's recent revocations are read
-/// once and decide for every user (http::auth, `RecentCutoffs`).
-#[tokio::test]
-async fn a_tenants_recent_revocations_are_read_once_and_decide_for_every_user() {
-    let f = TenantFixture::spawn().await;
-    let ann = f.token("ann").await;
-    let mut others = Vec::new();
-    for i in 0..10 {
-        others.push(f.token(&format!("user-{i}")).await);
-    }
-    f.api().revoke_user_tokens("ann").expect(200).await;
-    let (hits, misses) = (
-        revocation_lookups(&f.app, "hit").await,
-        revocation_lookups(&f.app, "miss").await,
-    );
-    for token in &others {
-        f.app.user(token).counts().expect(200).await;
-    }
-    // Ann's token is refused by the list the other users' checks cached.
-    f.app.user(&ann).counts().problem(401).await;
-    let hits = revocation_lookups(&f.app, "hit").await - hits;
-    let misses = revocation_lookups(&f.app, "miss").await - misses;
-    // Eleven requests, each checked at least once: one read of the list, a
-    // second if the revocation's own notice came back between two of them or
-    // the 5 s cache lifetime ran out.
-    assert!(misses <= 2 && hits >= 9, "hits {hits}, misses {misses}");
-}
-
-/// A tenant with more recent revocations than are listed is checked user by
-/// user, and still refuses exactly the revoked users' tokens.
-#[tokio::test]
-async fn a_tenant_with_too_many_revocations_to_list_is_checked_user_by_user() {
-    let f = TenantFixture::spawn().await;
-    let (revoked, bob) = (f.token("revoked-7").await, f.token("bob").await);
-    // One more than `RECENT_CUTOFFS_LISTED`, after the tokens were issued.
-    sql::stage_recent_revocations(&f.pool, &f.tenant, 1_001).await;
-    f.app.user(&revoked).counts().problem(401).await;
-    f.app.user(&bob).counts().expect(200).await;
-    // A token issued after the revocation (past its second) works.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let fresh = f.token("revoked-7").await;
-    f.app.user(&fresh).counts().expect(200).await;
-}
-
 #[tokio::test]
 async fn signing_and_webhook_secrets_are_stored_sealed_and_old_rows_are_sealed_at_start() {
     let f = TenantFixture::spawn().await;

@@ -38,7 +38,6 @@ use tidings_core::UserId;
 use uuid::Uuid;
 
 use crate::{
-    app::instruments::{self, CacheLookup},
     app::state::AppState,
     http::error::ApiError,
     store,
@@ -422,99 +421,14 @@ async fn verify_user_token(state: &AppState, token: &str) -> Result<UserCtx, Api
 
 /// Whether a credential of (tenant, user) issued at `issued_at` (seconds)
 /// was revoked: issued before the user's revocation cutoff.
-///
-/// Decided from the tenant's list of recent cutoffs ([`RecentCutoffs`]), one
-/// statement per tenant and cache lifetime, so that each user's first request
-/// on an instance does not pay a round trip of its own. A credential older
-/// than the list reaches back, or a tenant with too many recent cutoffs to
-/// list, is checked against the user's own cutoff.
 async fn issued_before_revocation(
     state: &AppState,
     tenant_id: Uuid,
     user_id: &UserId,
     issued_at: i64,
 ) -> Result<bool, ApiError> {
-    let recent = recent_cutoffs(state, tenant_id).await?;
-    if let Some(listed) = recent.decides(user_id.as_str(), issued_at) {
-        return Ok(listed);
-    }
     let cutoff = user_token_cutoff(state, tenant_id, user_id).await?;
     Ok(cutoff.is_some_and(|cutoff| issued_at < cutoff))
-}
-
-/// A tenant lists at most this many recent cutoffs; beyond it, each user's
-/// own cutoff is read (and cached) instead.
-const RECENT_CUTOFFS_LISTED: usize = 1_000;
-
-/// A tenant's revocations that can still refuse a credential: every user's
-/// cutoff later than `after`, when there are at most
-/// [`RECENT_CUTOFFS_LISTED`].
-#[derive(Debug)]
-pub struct RecentCutoffs {
-    /// Seconds. The list was read with `now - longest token lifetime - clock
-    /// leeway`: a credential issued earlier has expired, or fails its
-    /// lifetime check, before a cutoff older than that could matter.
-    after: i64,
-    /// `None`: more cutoffs than are listed.
-    by_user: Option<std::collections::HashMap<String, i64>>,
-}
-
-impl RecentCutoffs {
-    /// Whether a credential of `user_id` issued at `issued_at` was revoked,
-    /// when the list can tell: it holds every cutoff later than `after`, and
-    /// a cutoff at or before `after` cannot revoke a credential issued at or
-    /// after it.
-    fn decides(&self, user_id: &str, issued_at: i64) -> Option<bool> {
-        let by_user = self.by_user.as_ref()?;
-        (issued_at >= self.after).then(|| {
-            by_user
-                .get(user_id)
-                .is_some_and(|&cutoff| issued_at < cutoff)
-        })
-    }
-
-    fn weight(&self) -> u32 {
-        self.by_user.as_ref().map_or(1, |m| {
-            u32::try_from(m.len()).unwrap_or(u32::MAX).saturating_add(1)
-        })
-    }
-}
-
-async fn recent_cutoffs(state: &AppState, tenant_id: Uuid) -> Result<Arc<RecentCutoffs>, ApiError> {
-    let cache = &state.auth_cache;
-    if let Some(hit) = cache.recent_cutoffs.get(&tenant_id).await {
-        instruments::cache_lookup("revocations", CacheLookup::Hit);
-        return Ok(hit);
-    }
-    instruments::cache_lookup("revocations", CacheLookup::Miss);
-    let started = cache.cutoffs_generation.load(Ordering::SeqCst);
-    let longest =
-        i64::try_from(state.settings.auth.user_token_max_lifetime_secs).unwrap_or(i64::MAX);
-    let after = chrono::Utc::now()
-        .timestamp()
-        .saturating_sub(longest)
-        .saturating_sub(CLOCK_LEEWAY_SECS as i64);
-    let rows = store::tenants::list_user_token_cutoffs_after(
-        &state.pool,
-        tenant_id,
-        after,
-        RECENT_CUTOFFS_LISTED as i64 + 1,
-    )
-    .await?;
-    let by_user = (rows.len() <= RECENT_CUTOFFS_LISTED).then(|| {
-        rows.into_iter()
-            .map(|(user, at)| (user, revocation_cutoff_second(at)))
-            .collect()
-    });
-    let recent = Arc::new(RecentCutoffs { after, by_user });
-    cache.recent_cutoffs.insert(tenant_id, recent.clone()).await;
-    // A revocation may have raced with the read (committed after it); it
-    // bumped the generation before forgetting, so either it removed our entry
-    // or we see the bump here.
-    if cache.cutoffs_generation.load(Ordering::SeqCst) != started {
-        cache.recent_cutoffs.invalidate(&tenant_id).await;
-    }
-    Ok(recent)
 }
 
 /// The first second whose tokens count for (tenant, user), if their tokens
@@ -670,14 +584,11 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub struct AuthCache {
     pub api_keys: moka::future::Cache<Vec<u8>, Option<Uuid>>,
     pub signing_secrets: moka::future::Cache<Uuid, Arc<SigningKeys>>,
-    /// Per (tenant, user): the revocation cutoff in seconds, if any. Read
-    /// only when the tenant's [`RecentCutoffs`] cannot decide.
+    /// Per (tenant, user): the revocation cutoff in seconds, if any.
     user_cutoffs: moka::future::Cache<(Uuid, String), Option<i64>>,
-    /// Per tenant, weighed by the cutoffs listed.
-    recent_cutoffs: moka::future::Cache<Uuid, Arc<RecentCutoffs>>,
     /// Bumped before every revocation is forgotten. A read that saw another
-    /// generation when it started may have missed the revocation, so it drops
-    /// what it just cached.
+    /// generation when it started may have read the database before the
+    /// revocation committed, so it drops what it just cached.
     cutoffs_generation: AtomicU64,
     /// Tenant ids user tokens named that do not exist, for `API_KEY_CACHE_TTL`.
     pub unknown_tenants: moka::future::Cache<Uuid, ()>,
@@ -689,7 +600,6 @@ impl AuthCache {
     /// from another instance.
     pub async fn forget_revocation(&self, tenant_id: Uuid, user_id: &str) {
         self.cutoffs_generation.fetch_add(1, Ordering::SeqCst);
-        self.recent_cutoffs.invalidate(&tenant_id).await;
         self.user_cutoffs
             .invalidate(&(tenant_id, user_id.to_owned()))
             .await;
@@ -709,11 +619,6 @@ impl Default for AuthCache {
                 .build(),
             user_cutoffs: moka::future::Cache::builder()
                 .max_capacity(1_000_000)
-                .time_to_live(API_KEY_CACHE_TTL)
-                .build(),
-            recent_cutoffs: moka::future::Cache::builder()
-                .max_capacity(1_000_000)
-                .weigher(|_, recent: &Arc<RecentCutoffs>| recent.weight())
                 .time_to_live(API_KEY_CACHE_TTL)
                 .build(),
             cutoffs_generation: AtomicU64::new(0),

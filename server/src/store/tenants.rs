@@ -144,27 +144,6 @@ pub async fn find_user_token_cutoff(
     .await
 }
 
-/// The tenant's revocation cutoffs later than `after` (seconds since the
-/// epoch), newest first, at most `at_most` of them: (user, cutoff).
-pub async fn list_user_token_cutoffs_after(
-    db: impl PgExecutor<'_>,
-    tenant_id: Uuid,
-    after: i64,
-    at_most: i64,
-) -> Result<Vec<(String, DateTime<Utc>)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT user_id, not_before FROM user_token_cutoffs
-         WHERE tenant_id = $1 AND not_before > to_timestamp($2)
-         ORDER BY not_before DESC
-         LIMIT $3",
-    )
-    .bind(tenant_id)
-    .bind(after)
-    .bind(at_most)
-    .fetch_all(db)
-    .await
-}
-
 /// Revokes every token of (tenant, user) issued until now. The cutoff only
 /// moves forward, so a late, concurrent call cannot shorten a revocation.
 pub async fn raise_user_token_cutoff(

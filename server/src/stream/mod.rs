@@ -36,7 +36,7 @@ use crate::{
         notify::{CredentialsChanged, MarksChanged, MembershipsChanged, NotifyChannel},
         stream as stream_store, teams as team_store, tenants as tenant_store,
     },
-    tenants::credentials::{random_token, CredentialTerm},
+    tenants::credentials::{random_token, revocation_cutoff_second, CredentialTerm},
 };
 
 /// Rows read per tick at most; a larger backlog takes several ticks.
@@ -560,7 +560,7 @@ async fn credentials_changed(state: &AppState, changed: CredentialsChanged) {
 async fn check_revocation(state: &AppState, tenant_id: Uuid, user_id: &str) {
     match tenant_store::find_user_token_cutoff(&state.pool, tenant_id, user_id).await {
         Ok(Some(at)) => {
-            let cutoff = crate::tenants::credentials::revocation_cutoff_second(at);
+            let cutoff = revocation_cutoff_second(at);
             state.stream.close_revoked(tenant_id, user_id, cutoff);
         }
         Ok(None) => {}

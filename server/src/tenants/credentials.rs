@@ -40,8 +40,6 @@ pub struct CredentialTerm {
     pub signing_key_id: Option<String>,
 }
 
-/// Mints a user token exactly as a tenant's backend would, naming the
-/// signing secret by its key id (`kid` in the header).
 /// A revocation instant as the first second whose tokens count: rounded up,
 /// so a token issued in the same second as the revocation is revoked too
 /// (`iat` has whole seconds).
@@ -49,6 +47,8 @@ pub fn revocation_cutoff_second(at: chrono::DateTime<chrono::Utc>) -> i64 {
     at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0)
 }
 
+/// Mints a user token exactly as a tenant's backend would, naming the
+/// signing secret by its key id (`kid` in the header).
 pub fn mint_user_token(
     secret: &str,
     key_id: &str,
