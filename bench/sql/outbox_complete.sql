@@ -4,13 +4,15 @@
 -- Parameters: $1 tenants, $2 ids, $3 attempts, $4 outcomes, $5 delays (ms), $6 errors.
 -- source-fn: tidings_server::store::outbox::complete_sql()
 WITH r AS MATERIALIZED (
-            SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
+            SELECT r.*,
+                   (SELECT d.ctid FROM deliveries d WHERE d.tenant_id = r.tenant_id AND d.id = r.id) AS at
+            FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
                 AS r(tenant_id, id, attempts, outcome, delay_ms, error)
         ),
         sent AS (
             DELETE FROM deliveries d USING r
             WHERE r.outcome = 'sent'
-              AND d.tenant_id = r.tenant_id AND d.id = r.id
+              AND d.ctid = r.at AND d.tenant_id = r.tenant_id AND d.id = r.id
               AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
               AND d.status IN ('pending', 'retrying', 'sending')
             RETURNING d.*
@@ -43,7 +45,7 @@ WITH r AS MATERIALIZED (
             claimed_until = NULL
         FROM r
         WHERE r.outcome <> 'sent'
-          AND d.tenant_id = r.tenant_id AND d.id = r.id
+          AND d.ctid = r.at AND d.tenant_id = r.tenant_id AND d.id = r.id
           AND d.attempts = r.attempts AND d.claimed_until IS NOT NULL
           AND d.status IN ('pending', 'retrying', 'sending')
         RETURNING 1
