@@ -204,8 +204,8 @@ fn claim_sql_returning(batch: u32, delayed: &str) -> String {
 /// through a bitmap scan, which reads every entry of the tenant, dead ones
 /// included (a bitmap scan never marks an index entry dead). It does so when
 /// the table's statistics are stale (autovacuum off, held back, or not yet
-/// run), and then each completion grew with the dead rows (lab: 137 ms per
-/// 100 at 63k dead rows, against 3.8 ms this way; bench/findings/outbox.md).
+/// run), and then each completion grew with the dead rows
+/// (bench/findings/outbox.md, "Dead rows and stale statistics").
 /// A row updated after this statement's snapshot is rechecked by its guards
 /// in its newest version (the TID scan's recheck does not compare ctids).
 static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
