@@ -36,6 +36,7 @@ const WORKLOADS: &[&str] = &[
     "ingest",
     "drain",
     "drain-peer",
+    "webhooks-peer",
     "fallback",
     "mixed",
     "isolation",
@@ -58,7 +59,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "S")]
     tier: TierName,
     /// Run only these workloads (repeatable): health, feed, feed-cold, fanout, ingest, drain,
-    /// drain-peer, fallback, mixed, isolation, stream, notify, replicas, failover,
+    /// drain-peer, webhooks-peer (needs SVIX_BIN), fallback, mixed, isolation, stream, notify, replicas, failover,
     /// soak.
     #[arg(long)]
     only: Vec<String>,
@@ -143,7 +144,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // The outbox and alert workloads read no events: tier M's 10M (minutes of
     // seeding, GBs of a shared disk) would only slow them down. Their tenants,
     // users and teams are seeded as usual; the JSON records the count used.
-    const READ_NO_EVENTS: [&str; 5] = ["drain-peer", "ingest", "drain", "fallback", "notify"];
+    const READ_NO_EVENTS: [&str; 6] = [
+        "drain-peer",
+        "webhooks-peer",
+        "ingest",
+        "drain",
+        "fallback",
+        "notify",
+    ];
     if !args.only.is_empty()
         && args
             .only
@@ -219,15 +227,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pool = target.pool(8).await?;
     let pg_facts = pg::facts(&pool).await?;
 
-    // The soak runs on a database of its own and the stream workload on a
-    // tenant of its own, and health reads no seeded row: alone, they need no
-    // seed (tier M's takes long and most of the disk).
+    // The soak runs on a database of its own, the stream and webhooks-peer
+    // workloads on tenants of their own, and health reads no seeded row:
+    // alone, they need no seed (tier M's takes long and most of the disk).
     let seeded = if !args.only.is_empty()
-        && args
-            .only
-            .iter()
-            .all(|o| o == "soak" || o == "stream" || o == "replicas" || o == "health")
-    {
+        && args.only.iter().all(|o| {
+            ["soak", "stream", "replicas", "health", "webhooks-peer"].contains(&o.as_str())
+        }) {
         eprintln!("==> not seeding: only workloads with data of their own run");
         seed::Seeded {
             figures: serde_json::json!({"skipped": "only workloads with data of their own ran"}),
@@ -289,6 +295,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "ingest" => workloads::ingest::run(&ctx).await,
             "drain" => workloads::drain::run(&ctx).await,
             "drain-peer" => workloads::drain_peer::run(&ctx).await,
+            "webhooks-peer" => workloads::webhooks_peer::run(&ctx).await,
             "fallback" => workloads::fallback::run(&ctx).await,
             "mixed" => workloads::mixed::run(&ctx).await,
             "isolation" => workloads::isolation::run(&ctx).await,

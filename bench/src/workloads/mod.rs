@@ -16,6 +16,7 @@ pub mod notify;
 pub mod replicas;
 pub mod soak;
 pub mod stream;
+pub mod webhooks_peer;
 
 use std::path::{Path, PathBuf};
 
