@@ -911,7 +911,7 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 }
 
 /// CPU ticks of the postmaster and each of its children, by pid.
-fn cluster_ticks(postmaster: u32) -> HashMap<u32, u64> {
+pub(crate) fn cluster_ticks(postmaster: u32) -> HashMap<u32, u64> {
     let mut out = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -945,7 +945,7 @@ fn cluster_ticks(postmaster: u32) -> HashMap<u32, u64> {
 
 /// The bench cluster's postmaster: the parent of one of its backends (the
 /// cluster runs on this machine).
-async fn postmaster_pid(ctx: &Ctx) -> anyhow::Result<u32> {
+pub(crate) async fn postmaster_pid(ctx: &Ctx) -> anyhow::Result<u32> {
     let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&ctx.pool)
         .await?;

@@ -45,7 +45,10 @@ use sha2::Sha256;
 use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
-use super::Ctx;
+use super::{
+    stream::{cluster_ticks, cpu_ticks, postmaster_pid, CLK_TCK},
+    Ctx,
+};
 use crate::{
     pg::Target,
     report::{Aim, Ratio, Table, WorkloadResult},
@@ -468,19 +471,86 @@ struct Leg {
     delivered_per_sec: f64,
     /// From the last message accepted to the last delivery's arrival.
     trail_secs: f64,
+    /// From the last arrival until the side's processes and the database
+    /// were idle (recording attempts, queue upkeep).
+    after_secs: f64,
+    /// CPU of the side's own processes, and of the database, per delivery,
+    /// from the first POST until idle again.
+    cpu_us: f64,
+    db_cpu_us: f64,
 }
 
+/// The processes whose CPU is counted: each side's own, and the database's.
+struct Processes {
+    tidings: Vec<u32>,
+    svix: Vec<u32>,
+    postmaster: Option<u32>,
+}
+
+impl Processes {
+    fn side(&self, side: Side) -> &[u32] {
+        match side {
+            Side::Tidings => &self.tidings,
+            Side::Svix => &self.svix,
+        }
+    }
+
+    fn ticks(pids: &[u32]) -> u64 {
+        pids.iter().filter_map(|&pid| cpu_ticks(pid)).sum()
+    }
+
+    fn db_ticks(&self) -> u64 {
+        self.postmaster
+            .map(|p| cluster_ticks(p).values().sum())
+            .unwrap_or(0)
+    }
+
+    fn all_ticks(&self) -> u64 {
+        Self::ticks(&self.tidings) + Self::ticks(&self.svix) + self.db_ticks()
+    }
+
+    /// Waits until neither side nor the database works: at most one tick
+    /// (10 ms) of CPU in each of two windows of 300 ms in a row, for at most
+    /// 10 s. What a side does after its last delivery arrived (recording
+    /// attempts, queue upkeep) is its own cost, not the next leg's.
+    /// Returns when the quiet began (to a window, 300 ms).
+    async fn settle(&self) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut quiet_since = None;
+        let mut quiet = 0;
+        let mut last = self.all_ticks();
+        while quiet < 2 && Instant::now() < deadline {
+            let window = Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = self.all_ticks();
+            if now.saturating_sub(last) <= 1 {
+                quiet += 1;
+                quiet_since.get_or_insert(window);
+            } else {
+                quiet = 0;
+                quiet_since = None;
+            }
+            last = now;
+        }
+        quiet_since.unwrap_or_else(Instant::now)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn leg(
     ctx: &Ctx,
     svix: &Svix,
     app: &str,
     receiver: &Receiver,
+    processes: &Processes,
     side: Side,
     pair: usize,
     messages: usize,
 ) -> anyhow::Result<Leg> {
+    let deliveries = (messages * ENDPOINTS) as f64;
     let before = receiver.verified(side);
     let expected = before + (messages * ENDPOINTS) as u64;
+    let (own_before, db_before) = (Processes::ticks(processes.side(side)), processes.db_ticks());
     let started = Instant::now();
     let accept_secs = post_all(ctx, svix, app, side, pair, messages).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -496,10 +566,18 @@ async fn leg(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let total = started.elapsed().as_secs_f64();
+    let after_secs = (processes.settle().await - started)
+        .as_secs_f64()
+        .max(total)
+        - total;
+    let per_delivery = |ticks: u64| ticks as f64 / CLK_TCK * 1e6 / deliveries;
     Ok(Leg {
         accept_per_sec: messages as f64 / accept_secs,
-        delivered_per_sec: (messages * ENDPOINTS) as f64 / total,
+        delivered_per_sec: deliveries / total,
         trail_secs: total - accept_secs,
+        after_secs,
+        cpu_us: per_delivery(Processes::ticks(processes.side(side)).saturating_sub(own_before)),
+        db_cpu_us: per_delivery(processes.db_ticks().saturating_sub(db_before)),
     })
 }
 
@@ -602,23 +680,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     })
     .await?;
 
-    let outcome = pairs(ctx, &s, &svix, &app, &receiver, &svix_pool).await;
+    let processes = Processes {
+        tidings: [ctx.server.pid(), worker.pid()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        svix: [svix._server.id(), svix._redis.id()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        postmaster: postmaster_pid(ctx).await.ok(),
+    };
+    let outcome = pairs(ctx, &s, &svix, &app, &receiver, &processes, &svix_pool).await;
     worker.stop().await;
     set_autovacuum(&ctx.pool, TIDINGS_TABLES, true).await?;
     set_autovacuum(&svix_pool, &[], true).await?;
     let rows = outcome?;
 
     let received = receiver.received.lock().unwrap();
-    w.figure("bad_signatures", received.bad_signatures);
-    w.figure("duplicates", received.duplicates);
-    w.figure("unknown_paths", received.unknown_path);
-    w.figure(
-        "verified",
-        json!({
-            "tidings": received.verified.get(&Side::Tidings),
-            "svix": received.verified.get(&Side::Svix),
-        }),
-    );
     if received.bad_signatures + received.duplicates + received.unknown_path > 0 {
         bail!(
             "the receiver saw {} bad signatures, {} duplicates, {} requests to unknown paths",
@@ -627,50 +706,83 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             received.unknown_path
         );
     }
+    let verified = |side| received.verified.get(&side).copied().unwrap_or(0);
+    w.figure("verified_tidings", verified(Side::Tidings));
+    w.figure("verified_svix", verified(Side::Svix));
+    w.notes.push(format!(
+        "Checked: {} Tidings and {} Svix deliveries arrived, each once, each signature verified.",
+        verified(Side::Tidings),
+        verified(Side::Svix)
+    ));
     drop(received);
 
-    let mut table = Table::new(
-        "Pairs, in order (autovacuum off; the first pairs after a VACUUM ANALYZE)",
+    let mut rates = Table::new(
+        "Pairs, in order (autovacuum off; the first pairs after a VACUUM ANALYZE): rates",
         &[
             "pair",
             "vacuumed",
             "Tidings dead delivery rows before",
-            "Tidings accepted msgs/s",
-            "Svix accepted msgs/s",
-            "Tidings delivered/s",
-            "Svix delivered/s",
-            "Tidings trail s",
-            "Svix trail s",
+            "accepted msgs/s: Tidings",
+            "Svix",
+            "delivered/s: Tidings",
+            "Svix",
             "÷ end to end",
         ],
     );
+    let mut costs = Table::new(
+        "The same pairs: last accept to last arrival (trail), last arrival to idle (after), CPU per delivery from the first POST to idle",
+        &[
+            "pair",
+            "trail s: Tidings",
+            "Svix",
+            "after s: Tidings",
+            "Svix",
+            "own CPU µs: Tidings (server + worker)",
+            "Svix (server + Redis)",
+            "database CPU µs: Tidings",
+            "Svix",
+        ],
+    );
     for r in &rows {
-        table.row(vec![
+        let (t, x) = (&r.tidings, &r.svix);
+        rates.row(vec![
             (r.pair + 1).to_string(),
             if r.vacuumed { "yes" } else { "no" }.into(),
             r.dead_before.to_string(),
-            format!("{:.0}", r.tidings.accept_per_sec),
-            format!("{:.0}", r.svix.accept_per_sec),
-            format!("{:.0}", r.tidings.delivered_per_sec),
-            format!("{:.0}", r.svix.delivered_per_sec),
-            format!(
-                "{:.2}",
-                r.tidings.delivered_per_sec / r.svix.delivered_per_sec
-            ),
+            format!("{:.0}", t.accept_per_sec),
+            format!("{:.0}", x.accept_per_sec),
+            format!("{:.0}", t.delivered_per_sec),
+            format!("{:.0}", x.delivered_per_sec),
+            format!("{:.2}", t.delivered_per_sec / x.delivered_per_sec),
+        ]);
+        costs.row(vec![
+            (r.pair + 1).to_string(),
+            format!("{:.2}", t.trail_secs),
+            format!("{:.2}", x.trail_secs),
+            format!("{:.2}", t.after_secs),
+            format!("{:.2}", x.after_secs),
+            format!("{:.0}", t.cpu_us),
+            format!("{:.0}", x.cpu_us),
+            format!("{:.0}", t.db_cpu_us),
+            format!("{:.0}", x.db_cpu_us),
         ]);
     }
-    w.tables.push(table);
+    w.tables.push(rates);
+    w.tables.push(costs);
+    let leg_json = |l: &Leg| {
+        json!({
+            "accept_per_sec": l.accept_per_sec, "delivered_per_sec": l.delivered_per_sec,
+            "trail_secs": l.trail_secs, "after_secs": l.after_secs,
+            "cpu_us": l.cpu_us, "db_cpu_us": l.db_cpu_us,
+        })
+    };
     w.figure(
         "pairs",
         rows.iter()
             .map(|r| {
                 json!({
                     "vacuumed": r.vacuumed, "dead_before": r.dead_before,
-                    "tidings_accept": r.tidings.accept_per_sec, "svix_accept": r.svix.accept_per_sec,
-                    "tidings_delivered": r.tidings.delivered_per_sec,
-                    "svix_delivered": r.svix.delivered_per_sec,
-                    "tidings_trail_secs": r.tidings.trail_secs,
-                    "svix_trail_secs": r.svix.trail_secs,
+                    "tidings": leg_json(&r.tidings), "svix": leg_json(&r.svix),
                 })
             })
             .collect::<Vec<_>>(),
@@ -728,6 +840,7 @@ async fn pairs(
     svix: &Svix,
     app: &str,
     receiver: &Receiver,
+    processes: &Processes,
     svix_pool: &PgPool,
 ) -> anyhow::Result<Vec<PairRow>> {
     set_autovacuum(&ctx.pool, TIDINGS_TABLES, false).await?;
@@ -742,6 +855,7 @@ async fn pairs(
                 .await?;
             sqlx::query("VACUUM ANALYZE").execute(svix_pool).await?;
         }
+        processes.settle().await;
         let dead_before = dead_rows(&ctx.pool, "deliveries").await?;
         let order = if pair % 2 == 0 {
             [Side::Tidings, Side::Svix]
@@ -752,7 +866,7 @@ async fn pairs(
         for side in order {
             legs.insert(
                 side,
-                leg(ctx, svix, app, receiver, side, pair, s.messages).await?,
+                leg(ctx, svix, app, receiver, processes, side, pair, s.messages).await?,
             );
         }
         let row = PairRow {
