@@ -50,7 +50,7 @@ use super::{
     Ctx,
 };
 use crate::{
-    pg::Target,
+    pg::{reset_statements, Target},
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{api_key, ensure_tenant},
     server::{Launch, Tidings},
@@ -478,6 +478,60 @@ struct Leg {
     /// from the first POST until idle again.
     cpu_us: f64,
     db_cpu_us: f64,
+    /// Tidings' legs: the worker's claim and completion as
+    /// pg_stat_statements saw them in the leg.
+    statements: Option<Statements>,
+}
+
+/// A statement's counters over one leg.
+#[derive(Default, Clone, Copy)]
+struct StatementLeg {
+    calls: i64,
+    total_ms: f64,
+    blocks: i64,
+}
+
+impl StatementLeg {
+    fn mean_ms(&self) -> f64 {
+        self.total_ms / self.calls.max(1) as f64
+    }
+    fn blocks_per_call(&self) -> f64 {
+        self.blocks as f64 / self.calls.max(1) as f64
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Statements {
+    claim: StatementLeg,
+    completion: StatementLeg,
+    /// Every other statement of the bench database.
+    other_ms: f64,
+}
+
+/// The bench database's statements since the last reset, by role.
+async fn tidings_statements(pool: &PgPool) -> anyhow::Result<Statements> {
+    let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(
+        "SELECT query, calls, total_exec_time, shared_blks_hit + shared_blks_read
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = current_database() AND query NOT ILIKE '%pg_stat_statements%'",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut out = Statements::default();
+    for (query, calls, total_ms, blocks) in rows {
+        let slot = if query.contains("open_tenants") {
+            &mut out.claim
+        } else if query.contains("INSERT INTO deliveries_sent") {
+            &mut out.completion
+        } else {
+            out.other_ms += total_ms;
+            continue;
+        };
+        slot.calls += calls;
+        slot.total_ms += total_ms;
+        slot.blocks += blocks;
+    }
+    Ok(out)
 }
 
 /// The processes whose CPU is counted: each side's own, and the database's.
@@ -550,6 +604,9 @@ async fn leg(
     let deliveries = (messages * ENDPOINTS) as f64;
     let before = receiver.verified(side);
     let expected = before + (messages * ENDPOINTS) as u64;
+    if side == Side::Tidings {
+        reset_statements(&ctx.pool).await?;
+    }
     let (own_before, db_before) = (Processes::ticks(processes.side(side)), processes.db_ticks());
     let started = Instant::now();
     let accept_secs = post_all(ctx, svix, app, side, pair, messages).await?;
@@ -578,6 +635,10 @@ async fn leg(
         after_secs,
         cpu_us: per_delivery(Processes::ticks(processes.side(side)).saturating_sub(own_before)),
         db_cpu_us: per_delivery(processes.db_ticks().saturating_sub(db_before)),
+        statements: match side {
+            Side::Tidings => Some(tidings_statements(&ctx.pool).await?),
+            Side::Svix => None,
+        },
     })
 }
 
@@ -767,14 +828,48 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             format!("{:.0}", x.db_cpu_us),
         ]);
     }
+    let mut statements = Table::new(
+        "Tidings' legs: the worker's claim and completion (pg_stat_statements, reset before each leg)",
+        &[
+            "pair",
+            "claims",
+            "ms per claim",
+            "buffers per claim",
+            "completions",
+            "ms per completion",
+            "buffers per completion",
+            "other statements, ms in all",
+        ],
+    );
+    for r in &rows {
+        let st = r.tidings.statements.unwrap_or_default();
+        statements.row(vec![
+            (r.pair + 1).to_string(),
+            st.claim.calls.to_string(),
+            format!("{:.2}", st.claim.mean_ms()),
+            format!("{:.0}", st.claim.blocks_per_call()),
+            st.completion.calls.to_string(),
+            format!("{:.2}", st.completion.mean_ms()),
+            format!("{:.0}", st.completion.blocks_per_call()),
+            format!("{:.0}", st.other_ms),
+        ]);
+    }
     w.tables.push(rates);
     w.tables.push(costs);
+    w.tables.push(statements);
     let leg_json = |l: &Leg| {
-        json!({
+        let mut leg = json!({
             "accept_per_sec": l.accept_per_sec, "delivered_per_sec": l.delivered_per_sec,
             "trail_secs": l.trail_secs, "after_secs": l.after_secs,
             "cpu_us": l.cpu_us, "db_cpu_us": l.db_cpu_us,
-        })
+        });
+        if let Some(st) = l.statements {
+            leg["claims"] = json!(st.claim.calls);
+            leg["claim_mean_ms"] = json!(st.claim.mean_ms());
+            leg["completions"] = json!(st.completion.calls);
+            leg["completion_mean_ms"] = json!(st.completion.mean_ms());
+        }
+        leg
     };
     w.figure(
         "pairs",
