@@ -88,4 +88,4 @@ WITH RECURSIVE open_tenants AS (
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
                   e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   e.previous_secret AS endpoint_previous_secret,
-                  u.email AS recipient_email, d.unless_mark, d.item_tx, d.item_id;
+                  u.email AS recipient_email, d.ctid::text AS version, d.unless_mark, d.item_tx, d.item_id;

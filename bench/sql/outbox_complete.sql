@@ -5,9 +5,14 @@
 -- source-fn: tidings_server::store::outbox::complete_sql()
 WITH r AS MATERIALIZED (
             SELECT r.*,
-                   (SELECT d.ctid FROM deliveries d WHERE d.tenant_id = r.tenant_id AND d.id = r.id) AS at
-            FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
-                AS r(tenant_id, id, attempts, outcome, delay_ms, error)
+                   COALESCE(
+                       (SELECT d.ctid FROM deliveries d
+                        WHERE d.ctid = r.version AND d.tenant_id = r.tenant_id AND d.id = r.id),
+                       (SELECT d.ctid FROM deliveries d WHERE d.tenant_id = r.tenant_id AND d.id = r.id)
+                   ) AS at
+            FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[],
+                        $7::text[]::tid[])
+                AS r(tenant_id, id, attempts, outcome, delay_ms, error, version)
         ),
         sent AS (
             DELETE FROM deliveries d USING r

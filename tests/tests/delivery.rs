@@ -578,6 +578,8 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
         tenant_id: f.tenant.uuid(),
         id: first.id,
         attempts: first.attempts,
+        // The version the first claim wrote, which the second left behind.
+        version: first.version.clone(),
         completion: Completion::Dead {
             error: "late".into(),
         },
@@ -593,6 +595,7 @@ async fn a_late_result_from_an_expired_lease_cannot_overwrite_the_new_claim() {
         tenant_id: f.tenant.uuid(),
         id: second.id,
         attempts: second.attempts,
+        version: second.version.clone(),
         completion: Completion::Sent,
     };
     assert_eq!(
@@ -632,6 +635,7 @@ async fn a_late_sent_from_an_expired_lease_moves_nothing_and_the_delivery_is_sen
         tenant_id: claimed.tenant_id,
         id: claimed.id,
         attempts: claimed.attempts,
+        version: claimed.version.clone(),
         completion: Completion::Sent,
     };
     assert_eq!(
@@ -666,6 +670,80 @@ async fn a_late_sent_from_an_expired_lease_moves_nothing_and_the_delivery_is_sen
     assert_eq!(f.delivery(&key).await.outcome(), ("sent", 2, true));
 }
 
+/// The completion reaches a row at the version its claim wrote, and by its
+/// key when the row has moved on since (another statement updated it): a
+/// version that names another row, or no live row, never completes the
+/// wrong one nor loses the result.
+#[tokio::test]
+async fn a_completion_finds_its_row_whatever_version_it_carries() {
+    let f = webhook_fixture().await;
+    f.endpoint_at("http://a.example/hook", None).await;
+    f.endpoint_at("http://b.example/hook", None).await;
+    f.send_one("invoice.overdue", "u-0").await;
+    let claimed = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2, "one delivery per endpoint");
+    let (a, b) = (&claimed[0], &claimed[1]);
+    assert!(a.version.is_some() && a.version != b.version, "{claimed:?}");
+    let sent = |d: &tidings_server::store::outbox::ClaimedDelivery, version: Option<String>| {
+        CompletedDelivery {
+            tenant_id: d.tenant_id,
+            id: d.id,
+            attempts: d.attempts,
+            version,
+            completion: Completion::Sent,
+        }
+    };
+    let status = |id: i64| {
+        let pool = f.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT status FROM deliveries WHERE id = $1
+                 UNION ALL SELECT status FROM deliveries_sent WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .expect("status")
+        }
+    };
+
+    // B's result carrying A's version (a live row, not B's): B is found by
+    // its key, A is untouched (claimed: still pending in its status column).
+    assert_eq!(
+        complete_deliveries(&f.pool, &[sent(b, a.version.clone())])
+            .await
+            .expect("complete"),
+        1
+    );
+    assert_eq!(
+        (status(a.id).await, status(b.id).await),
+        ("pending".to_string(), "sent".to_string())
+    );
+
+    // A updated since its claim (a new version; the guard still holds):
+    // its result carries a version no live row has, and A is found by key.
+    sqlx::query("UPDATE deliveries SET last_error = 'touched' WHERE id = $1")
+        .bind(a.id)
+        .execute(&f.pool)
+        .await
+        .expect("touch");
+    assert_eq!(
+        complete_deliveries(&f.pool, &[sent(a, a.version.clone())])
+            .await
+            .expect("complete"),
+        1
+    );
+    assert_eq!(status(a.id).await, "sent");
+    assert_eq!(sql::count(&f.pool, Rows::MovedSentDeliveries).await, 2);
+    assert_eq!(
+        sql::count(&f.pool, Rows::Deliveries).await,
+        2,
+        "moved, not copied"
+    );
+}
+
 /// Retention looks for a notification's remaining deliveries in both
 /// tables: one webhook notification of two endpoints, one delivery sent
 /// (moved to `deliveries_sent`), one skipped (in `deliveries`). Purging the
@@ -697,6 +775,7 @@ async fn retention_keeps_a_notification_while_a_delivery_of_it_remains_in_either
             tenant_id: d.tenant_id,
             id: d.id,
             attempts: d.attempts,
+            version: d.version.clone(),
             completion,
         })
         .collect();

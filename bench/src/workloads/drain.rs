@@ -215,13 +215,18 @@ impl OutboxStatements {
         let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
-        let complete = sqlx::query(&self.complete)
+        let mut complete = sqlx::query(&self.complete)
             .bind(&tenants)
             .bind(&ids)
             .bind(&attempts)
             .bind(vec!["sent"; n])
             .bind(vec![None::<i64>; n])
             .bind(vec![None::<String>; n]);
+        // Today's completion also takes the row versions the claim wrote.
+        if self.complete.contains("$7") {
+            let versions: Vec<Option<String>> = rows.iter().map(|r| r.version.clone()).collect();
+            complete = complete.bind(versions);
+        }
         let written = if self.complete_counts {
             let count: i64 = sqlx::Row::try_get(&complete.fetch_one(&mut *conn).await?, 0)?;
             count as u64

@@ -69,6 +69,11 @@ pub struct ClaimedDelivery {
     pub item_tx: Option<i64>,
     #[sqlx(default)]
     pub item_id: Option<i64>,
+    /// The row version the claim wrote (its ctid, as text): the
+    /// completion's way to the row without an index ([`COMPLETE_SQL`]).
+    /// Absent from claims that do not return it (the bench's past versions).
+    #[sqlx(default)]
+    pub version: Option<String>,
 }
 
 /// The claim's SQL for batches of `batch`, as the worker runs it (and
@@ -184,7 +189,7 @@ fn claim_sql_returning(batch: u32, delayed: &str) -> String {
                   a.event_type, a.entity_id, a.subject, a.payload, a.created_at AS alert_created_at,
                   e.id AS endpoint_id, e.url AS endpoint_url, e.secret AS endpoint_secret,
                   e.previous_secret AS endpoint_previous_secret,
-                  u.email AS recipient_email{delayed}
+                  u.email AS recipient_email, d.ctid::text AS version{delayed}
 "#
     )
     .trim()
@@ -197,15 +202,17 @@ fn claim_sql_returning(batch: u32, delayed: &str) -> String {
 /// its INSERT), every other outcome updates it in place (`other`). Answers
 /// the count of rows written.
 ///
-/// Each row is found by its key alone (`r.at`: the primary key, the only
-/// index a lookup without a status can use), then reached by ctid. Matching
-/// on the key beside the guard's `status IN (…)` lets the planner pick a
-/// partial index instead: `deliveries_unsent (tenant_id, status, id)`
-/// through a bitmap scan, which reads every entry of the tenant, dead ones
-/// included (a bitmap scan never marks an index entry dead). It does so when
-/// the table's statistics are stale (autovacuum off, held back, or not yet
-/// run), and then each completion grew with the dead rows
-/// (bench/findings/outbox.md, "Dead rows and stale statistics").
+/// Each row is reached by ctid (`r.at`), found without a plan's choice of
+/// index: first at the version the claim wrote (`r.version`, a TID scan,
+/// taken only if that version is still live and still this key's), else by
+/// its key alone (a row updated since the claim). A lookup by key is exposed
+/// to stale statistics: with a table whose statistics say "empty" (vacuumed
+/// empty, no ANALYZE since, as with autovacuum off or held back) the planner
+/// finds any index that starts with `tenant_id` as cheap as the primary key,
+/// and each lookup then read every entry of the tenant, dead ones included.
+/// Matching on the key beside the guard's `status IN (…)` had the same
+/// fault through `deliveries_unsent` (bench/findings/outbox.md, "Dead rows
+/// and stale statistics").
 /// A row updated after this statement's snapshot is rechecked by its guards
 /// in its newest version (the TID scan's recheck does not compare ctids).
 static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -213,9 +220,14 @@ static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
         r#"
         WITH r AS MATERIALIZED (
             SELECT r.*,
-                   (SELECT d.ctid FROM deliveries d WHERE d.tenant_id = r.tenant_id AND d.id = r.id) AS at
-            FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[])
-                AS r(tenant_id, id, attempts, outcome, delay_ms, error)
+                   COALESCE(
+                       (SELECT d.ctid FROM deliveries d
+                        WHERE d.ctid = r.version AND d.tenant_id = r.tenant_id AND d.id = r.id),
+                       (SELECT d.ctid FROM deliveries d WHERE d.tenant_id = r.tenant_id AND d.id = r.id)
+                   ) AS at
+            FROM UNNEST($1::uuid[], $2::int8[], $3::int4[], $4::text[], $5::int8[], $6::text[],
+                        $7::text[]::tid[])
+                AS r(tenant_id, id, attempts, outcome, delay_ms, error, version)
         ),
         sent AS (
             DELETE FROM deliveries d USING r
@@ -389,6 +401,10 @@ pub struct CompletedDelivery {
     pub id: i64,
     /// The attempt number the claim returned: the guard.
     pub attempts: i32,
+    /// The claim's [`ClaimedDelivery::version`]: where the completion looks
+    /// for the row first. None, or a version the row has left, and it is
+    /// found by its key.
+    pub version: Option<String>,
     pub completion: Completion,
 }
 
@@ -401,6 +417,7 @@ struct ResultColumns {
     outcomes: Vec<&'static str>,
     delays: Vec<Option<i64>>,
     errors: Vec<Option<String>>,
+    versions: Vec<Option<String>>,
 }
 
 impl ResultColumns {
@@ -410,6 +427,7 @@ impl ResultColumns {
             c.tenant_ids.push(d.tenant_id);
             c.ids.push(d.id);
             c.attempts.push(d.attempts);
+            c.versions.push(d.version.clone());
             let (outcome, delay, error) = match &d.completion {
                 Completion::Sent => (DeliveryStatus::Sent.as_str(), None, None),
                 Completion::Retry { after_ms, error } => (
@@ -460,6 +478,7 @@ pub async fn complete_deliveries(
         .bind(&r.outcomes)
         .bind(&r.delays)
         .bind(&r.errors)
+        .bind(&r.versions)
         .fetch_one(db)
         .await?;
     Ok(u64::try_from(written).unwrap_or(0))

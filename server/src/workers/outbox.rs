@@ -409,6 +409,7 @@ impl Worker {
             tenant_id: delivery.tenant_id,
             id: delivery.id,
             attempts: delivery.attempts,
+            version: delivery.version,
             completion,
         }
     }
