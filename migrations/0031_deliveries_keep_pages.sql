@@ -1,0 +1,15 @@
+-- VACUUM no longer truncates `deliveries` when it finds the table's tail
+-- empty (storage parameter `vacuum_truncate`, PostgreSQL 12+).
+--
+-- The outbox's hot table is drained empty again and again. Truncating it
+-- takes an ACCESS EXCLUSIVE lock (the workers' claims wait for it), is
+-- replayed on hot standbys as a lock that cancels their queries, and leaves
+-- a table of zero pages: a statement planned then sees nothing to scan and
+-- plans sequential scans, and the workers' prepared claim keeps that plan
+-- until the next ANALYZE. With autovacuum off or held back, every claim then
+-- read the whole table, dead rows included, and grew with each delivery
+-- (bench/findings/webhooks-peer.md). Kept, the pages are reused by the next
+-- rows, and a plan made on the emptied table still sees its size.
+--
+-- Compatible both ways: a storage parameter, read by VACUUM alone.
+ALTER TABLE deliveries SET (vacuum_truncate = false);
