@@ -273,8 +273,8 @@ fn spawn_logged(
 
 /// The Svix server with its Redis, and an API token.
 struct Svix {
-    _redis: Child,
-    _server: Child,
+    redis: Child,
+    server: Child,
     base_url: String,
     token: String,
     http: reqwest::Client,
@@ -358,8 +358,8 @@ impl Svix {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Ok(Svix {
-            _redis: redis,
-            _server: server,
+            redis,
+            server,
             base_url,
             token,
             http,
@@ -746,7 +746,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .into_iter()
             .flatten()
             .collect(),
-        svix: [svix._server.id(), svix._redis.id()]
+        svix: [svix.server.id(), svix.redis.id()]
             .into_iter()
             .flatten()
             .collect(),
