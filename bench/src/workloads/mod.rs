@@ -351,19 +351,36 @@ pub async fn create_sink_endpoint(
     api_key: &str,
     sink_url: &str,
 ) -> anyhow::Result<uuid::Uuid> {
+    create_endpoint(http, base_url, api_key, sink_url)
+        .await?
+        .0
+        .parse()
+        .context("the endpoint's id is a UUID")
+}
+
+/// Creates a webhook endpoint at `url` through the API: its id and its
+/// signing secret (shown once, at creation).
+pub async fn create_endpoint(
+    http: &reqwest::Client,
+    base_url: &str,
+    api_key: &str,
+    url: &str,
+) -> anyhow::Result<(String, String)> {
     let created: serde_json::Value = http
         .post(format!("{base_url}/v1/webhook-endpoints"))
         .bearer_auth(api_key)
-        .json(&serde_json::json!({ "url": sink_url }))
+        .json(&serde_json::json!({ "url": url }))
         .send()
         .await?
         .error_for_status()
-        .context("creating the sink's webhook endpoint")?
+        .context("creating a webhook endpoint")?
         .json()
         .await?;
-    created["id"]
-        .as_str()
-        .context("the endpoint's id")?
-        .parse()
-        .context("the endpoint's id is a UUID")
+    let field = |name: &str| {
+        created[name]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("the endpoint's {name}"))
+    };
+    Ok((field("id")?, field("secret")?))
 }

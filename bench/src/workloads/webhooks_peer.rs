@@ -46,6 +46,7 @@ use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
 use super::{
+    create_endpoint,
     stream::{cluster_ticks, cpu_ticks, postmaster_pid, CLK_TCK},
     Ctx,
 };
@@ -695,21 +696,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // Tidings: the tenant, its endpoints, one worker as deployed.
     ensure_tenant(&ctx.pool, TENANT, "bench-webhooks-peer").await?;
     for i in 0..ENDPOINTS {
-        let created: Value = ctx
-            .http
-            .post(ctx.server.url("/v1/webhook-endpoints"))
-            .bearer_auth(api_key(TENANT))
-            .json(&json!({ "url": receiver.endpoint_url(Side::Tidings, i) }))
-            .send()
-            .await?
-            .error_for_status()
-            .context("creating a Tidings endpoint")?
-            .json()
-            .await?;
-        let secret = created["secret"]
-            .as_str()
-            .context("the endpoint's secret")?;
-        receiver.add_secret(Side::Tidings, i, secret)?;
+        let (_, secret) = create_endpoint(
+            &ctx.http,
+            &ctx.server.base_url,
+            &api_key(TENANT),
+            &receiver.endpoint_url(Side::Tidings, i),
+        )
+        .await?;
+        receiver.add_secret(Side::Tidings, i, &secret)?;
     }
     // Svix: the application and its endpoints.
     let app = svix
