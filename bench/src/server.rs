@@ -190,12 +190,7 @@ impl Sink {
     }
 
     async fn listen(timing: bool) -> anyhow::Result<Sink> {
-        use poem::{
-            handler,
-            listener::{Acceptor, Listener, TcpListener},
-            web::Data,
-            EndpointExt, Route, Server,
-        };
+        use poem::{handler, web::Data, EndpointExt, Route};
         #[handler]
         async fn receive(state: Data<&SinkState>, body: poem::Body) -> poem::http::StatusCode {
             let at = Instant::now();
@@ -210,19 +205,11 @@ impl Sink {
         }
         let received = Arc::new(AtomicU64::new(0));
         let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await?;
-        let addr = acceptor
-            .local_addr()
-            .first()
-            .and_then(|a| a.as_socket_addr().copied())
-            .context("sink has no address")?;
         let app = Route::new().at("/*", poem::post(receive)).data(SinkState {
             received: received.clone(),
             arrivals: timing.then(|| arrivals.clone()),
         });
-        let task = tokio::spawn(async move {
-            let _ = Server::new_with_acceptor(acceptor).run(app).await;
-        });
+        let (addr, task) = serve_on_loopback(app).await?;
         Ok(Sink {
             url: format!("http://{addr}/hook"),
             received,
@@ -230,6 +217,27 @@ impl Sink {
             _task: task,
         })
     }
+}
+
+/// Serves `app` on a free loopback port, on the harness's own runtime, until
+/// the task is dropped with its owner: the address and the task.
+pub async fn serve_on_loopback(
+    app: impl poem::Endpoint + 'static,
+) -> anyhow::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    use poem::{
+        listener::{Acceptor, Listener, TcpListener},
+        Server,
+    };
+    let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await?;
+    let addr = acceptor
+        .local_addr()
+        .first()
+        .and_then(|a| a.as_socket_addr().copied())
+        .context("the loopback listener has no address")?;
+    let task = tokio::spawn(async move {
+        let _ = Server::new_with_acceptor(acceptor).run(app).await;
+    });
+    Ok((addr, task))
 }
 
 /// The no-op SMTP sink: a loopback mail server that accepts every message at

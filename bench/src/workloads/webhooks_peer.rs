@@ -40,6 +40,7 @@ use std::{
 use anyhow::{bail, Context};
 use base64::{engine::general_purpose::STANDARD, Engine};
 use hmac::{Hmac, Mac};
+use reqwest::Method;
 use serde_json::{json, Value};
 use sha2::Sha256;
 use sqlx::PgPool;
@@ -51,10 +52,10 @@ use super::{
     Ctx,
 };
 use crate::{
-    pg::{reset_statements, Target},
+    pg::{dead_tuples, reset_statements, Target},
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{api_key, ensure_tenant},
-    server::{Launch, Tidings},
+    server::{serve_on_loopback, Launch, Tidings},
     tier::TierName,
 };
 
@@ -118,19 +119,20 @@ struct Received {
 /// The receiver: `/{side}/{i}` is endpoint `i` of a side, with its secret.
 struct Receiver {
     url: String,
-    secrets: Arc<Mutex<HashMap<String, Vec<u8>>>>,
-    received: Arc<Mutex<Received>>,
+    state: ReceiverState,
     _task: tokio::task::JoinHandle<()>,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct ReceiverState {
     secrets: Arc<Mutex<HashMap<String, Vec<u8>>>>,
     received: Arc<Mutex<Received>>,
 }
 
 /// Whether `header` (space-separated `v1,<base64>` signatures) holds the
-/// Standard Webhooks signature of `id.timestamp.body` under `key`.
+/// Standard Webhooks signature of `id.timestamp.body` under `key`. Written
+/// apart from the server's signer on purpose: a receiver that shared it
+/// could not catch its faults.
 fn verifies(key: &[u8], id: &str, timestamp: &str, body: &[u8], header: &str) -> bool {
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
         return false;
@@ -160,9 +162,8 @@ impl Receiver {
         use poem::{
             handler,
             http::{HeaderMap, StatusCode},
-            listener::{Acceptor, Listener, TcpListener},
             web::{Data, Path},
-            EndpointExt, Route, Server,
+            EndpointExt, Route,
         };
         #[handler]
         async fn receive(
@@ -208,26 +209,14 @@ impl Receiver {
             }
             StatusCode::NO_CONTENT
         }
-        let state = ReceiverState {
-            secrets: Arc::default(),
-            received: Arc::default(),
-        };
-        let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await?;
-        let addr = acceptor
-            .local_addr()
-            .first()
-            .and_then(|a| a.as_socket_addr().copied())
-            .context("the receiver has no address")?;
+        let state = ReceiverState::default();
         let app = Route::new()
             .at("/:side/:i", poem::post(receive))
             .data(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = Server::new_with_acceptor(acceptor).run(app).await;
-        });
+        let (addr, task) = serve_on_loopback(app).await?;
         Ok(Receiver {
             url: format!("http://{addr}"),
-            secrets: state.secrets,
-            received: state.received,
+            state,
             _task: task,
         })
     }
@@ -238,7 +227,8 @@ impl Receiver {
 
     fn add_secret(&self, side: Side, i: usize, secret: &str) -> anyhow::Result<()> {
         let key = secret_key(secret)?;
-        self.secrets
+        self.state
+            .secrets
             .lock()
             .unwrap()
             .insert(format!("{}/{i}", side.name()), key);
@@ -246,7 +236,7 @@ impl Receiver {
     }
 
     fn verified(&self, side: Side) -> u64 {
-        let received = self.received.lock().unwrap();
+        let received = self.state.received.lock().unwrap();
         received.verified.get(&side).copied().unwrap_or(0)
     }
 }
@@ -342,7 +332,7 @@ impl Svix {
             .to_string();
         let server = spawn_logged(bin, &[], &env, &ctx.work_dir.join("webhooks-peer-svix.log"))?;
         let base_url = format!("http://127.0.0.1:{svix_port}");
-        let http = reqwest::Client::new();
+        let http = ctx.http.clone();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let up = http
@@ -367,33 +357,40 @@ impl Svix {
         })
     }
 
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        let response = self
+    /// One call of Svix's API; its JSON answer.
+    async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self
             .http
-            .post(format!("{}{path}", self.base_url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
+            .request(method.clone(), format!("{}{path}", self.base_url))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
         let status = response.status();
         let text = response.text().await?;
-        if !status.is_success() {
-            bail!("Svix POST {path}: {status}: {text}");
-        }
+        anyhow::ensure!(
+            status.is_success(),
+            "Svix {method} {path}: {status}: {text}"
+        );
         Ok(serde_json::from_str(&text)?)
     }
+}
 
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        Ok(self
-            .http
-            .get(format!("{}{path}", self.base_url))
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
-    }
+/// What every leg of the run uses: both services, the receiver, and the
+/// processes whose CPU is counted.
+struct Peers<'a> {
+    ctx: &'a Ctx,
+    svix: &'a Svix,
+    /// The Svix application the messages go to.
+    app: &'a str,
+    receiver: &'a Receiver,
+    processes: &'a Processes,
 }
 
 /// The payload both sides carry (a few hundred bytes, as an invoice event).
@@ -409,13 +406,12 @@ fn payload(seq: usize) -> Value {
 /// Posts `messages` to one side with [`POSTERS`] posters; the seconds until
 /// the last answer.
 async fn post_all(
-    ctx: &Ctx,
-    svix: &Svix,
-    app: &str,
+    peers: &Peers<'_>,
     side: Side,
     pair: usize,
     messages: usize,
 ) -> anyhow::Result<f64> {
+    let (ctx, svix, app) = (peers.ctx, peers.svix, peers.app);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut posters = Vec::new();
@@ -591,17 +587,8 @@ impl Processes {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn leg(
-    ctx: &Ctx,
-    svix: &Svix,
-    app: &str,
-    receiver: &Receiver,
-    processes: &Processes,
-    side: Side,
-    pair: usize,
-    messages: usize,
-) -> anyhow::Result<Leg> {
+async fn leg(peers: &Peers<'_>, side: Side, pair: usize, messages: usize) -> anyhow::Result<Leg> {
+    let (ctx, receiver, processes) = (peers.ctx, peers.receiver, peers.processes);
     let deliveries = (messages * ENDPOINTS) as f64;
     let before = receiver.verified(side);
     let expected = before + (messages * ENDPOINTS) as u64;
@@ -610,7 +597,7 @@ async fn leg(
     }
     let (own_before, db_before) = (Processes::ticks(processes.side(side)), processes.db_ticks());
     let started = Instant::now();
-    let accept_secs = post_all(ctx, svix, app, side, pair, messages).await?;
+    let accept_secs = post_all(peers, side, pair, messages).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     while receiver.verified(side) < expected {
         if Instant::now() > deadline {
@@ -669,15 +656,6 @@ async fn set_autovacuum(pool: &PgPool, tables: &[&str], on: bool) -> anyhow::Res
     Ok(())
 }
 
-async fn dead_rows(pool: &PgPool, table: &str) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT coalesce(sum(n_dead_tup), 0)::int8 FROM pg_stat_user_tables WHERE relname = $1",
-    )
-    .bind(table)
-    .fetch_one(pool)
-    .await?)
-}
-
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let Some(svix_bin) = std::env::var_os("SVIX_BIN").map(PathBuf::from) else {
         return Ok(WorkloadResult::skipped(
@@ -707,21 +685,30 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     }
     // Svix: the application and its endpoints.
     let app = svix
-        .post("/api/v1/app/", json!({"name": "webhooks-peer"}))
+        .api(
+            Method::POST,
+            "/api/v1/app/",
+            Some(json!({"name": "webhooks-peer"})),
+        )
         .await?["id"]
         .as_str()
         .context("the Svix application's id")?
         .to_string();
     for i in 0..ENDPOINTS {
         let endpoint = svix
-            .post(
+            .api(
+                Method::POST,
                 &format!("/api/v1/app/{app}/endpoint/"),
-                json!({"url": receiver.endpoint_url(Side::Svix, i), "version": 1}),
+                Some(json!({"url": receiver.endpoint_url(Side::Svix, i), "version": 1})),
             )
             .await?;
         let id = endpoint["id"].as_str().context("the Svix endpoint's id")?;
         let secret = svix
-            .get(&format!("/api/v1/app/{app}/endpoint/{id}/secret/"))
+            .api(
+                Method::GET,
+                &format!("/api/v1/app/{app}/endpoint/{id}/secret/"),
+                None,
+            )
             .await?;
         let key = secret["key"].as_str().context("the Svix endpoint's key")?;
         receiver.add_secret(Side::Svix, i, key)?;
@@ -746,13 +733,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
             .collect(),
         postmaster: postmaster_pid(ctx).await.ok(),
     };
-    let outcome = pairs(ctx, &s, &svix, &app, &receiver, &processes, &svix_pool).await;
+    let peers = Peers {
+        ctx,
+        svix: &svix,
+        app: &app,
+        receiver: &receiver,
+        processes: &processes,
+    };
+    let outcome = pairs(&peers, &s, &svix_pool).await;
     worker.stop().await;
     set_autovacuum(&ctx.pool, TIDINGS_TABLES, true).await?;
     set_autovacuum(&svix_pool, &[], true).await?;
     let rows = outcome?;
 
-    let received = receiver.received.lock().unwrap();
+    let received = receiver.state.received.lock().unwrap();
     if received.bad_signatures + received.duplicates + received.unknown_path > 0 {
         bail!(
             "the receiver saw {} bad signatures, {} duplicates, {} requests to unknown paths",
@@ -923,15 +917,8 @@ struct PairRow {
     svix: Leg,
 }
 
-async fn pairs(
-    ctx: &Ctx,
-    s: &Sizes,
-    svix: &Svix,
-    app: &str,
-    receiver: &Receiver,
-    processes: &Processes,
-    svix_pool: &PgPool,
-) -> anyhow::Result<Vec<PairRow>> {
+async fn pairs(peers: &Peers<'_>, s: &Sizes, svix_pool: &PgPool) -> anyhow::Result<Vec<PairRow>> {
+    let (ctx, processes) = (peers.ctx, peers.processes);
     set_autovacuum(&ctx.pool, TIDINGS_TABLES, false).await?;
     set_autovacuum(svix_pool, &[], false).await?;
     let mut rows = Vec::new();
@@ -939,13 +926,13 @@ async fn pairs(
     for pair in 0..total {
         let vacuumed = pair < s.vacuumed;
         if vacuumed {
-            sqlx::query("VACUUM ANALYZE deliveries, deliveries_sent, alerts")
+            sqlx::query(&format!("VACUUM ANALYZE {}", TIDINGS_TABLES.join(", ")))
                 .execute(&ctx.pool)
                 .await?;
             sqlx::query("VACUUM ANALYZE").execute(svix_pool).await?;
         }
         processes.settle().await;
-        let dead_before = dead_rows(&ctx.pool, "deliveries").await?;
+        let (_, dead_before) = dead_tuples(&ctx.pool, "deliveries").await?;
         let order = if pair % 2 == 0 {
             [Side::Tidings, Side::Svix]
         } else {
@@ -953,10 +940,7 @@ async fn pairs(
         };
         let mut legs = HashMap::new();
         for side in order {
-            legs.insert(
-                side,
-                leg(ctx, svix, app, receiver, processes, side, pair, s.messages).await?,
-            );
+            legs.insert(side, leg(peers, side, pair, s.messages).await?);
         }
         let row = PairRow {
             pair,
