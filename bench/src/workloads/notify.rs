@@ -20,6 +20,7 @@
 
 use std::{
     collections::HashMap,
+    path::Path,
     sync::{
         atomic::{AtomicBool, AtomicU32, Ordering},
         Arc,
@@ -33,10 +34,10 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use super::{create_sink_endpoint, stream::hold_stream, user_token, Ctx};
 use crate::{
-    report::{Aim, Table, WorkloadResult},
+    report::{Aim, Ratio, Table, WorkloadResult},
     seed::{api_key, ensure_tenant},
-    server::{Launch, Sink, Tidings},
-    stats::Latency,
+    server::{self, Launch, Sink, Tidings},
+    stats::{Latency, Spread},
     tier::TierName,
 };
 
@@ -48,6 +49,8 @@ const RECIPIENTS: usize = 10;
 const AIM_P99_MS: f64 = 50.0;
 /// Sequence numbers of the measured phase start here, apart from the probe's.
 const MEASURED_FROM: u32 = 1_000_000;
+/// Legs per build when a before build is measured beside this one.
+const BEFORE_REPS: usize = 3;
 
 struct Sizes {
     /// The closed-loop probe for the maximum rate.
@@ -77,7 +80,7 @@ fn recipient(i: usize) -> String {
 }
 
 /// Posts one alert carrying `seq` to every recipient; whether it was accepted.
-async fn post_alert(ctx: &Ctx, tag: &str, seq: u32) -> bool {
+async fn post_alert(ctx: &Ctx, base_url: &str, tag: &str, seq: u32) -> bool {
     let body = json!({
         "event_type": "invoice.paid",
         "entity_id": format!("{tag}-{seq}"),
@@ -87,7 +90,7 @@ async fn post_alert(ctx: &Ctx, tag: &str, seq: u32) -> bool {
         "payload": {"bench_seq": seq},
     });
     ctx.http
-        .post(ctx.server.url("/v1/alerts"))
+        .post(format!("{base_url}/v1/alerts"))
         .bearer_auth(api_key(TENANT))
         .json(&body)
         .send()
@@ -123,19 +126,248 @@ async fn wait_arrivals(
     }
 }
 
+/// One build under measure: the server its alerts are posted to and its
+/// streams opened on, and the binary its worker runs.
+struct Build<'a> {
+    label: &'static str,
+    bin: &'a Path,
+    base_url: String,
+}
+
+/// What one leg measured on one build.
+struct Leg {
+    measured: Measured,
+    /// In-app item on an open stream, ms after its alert's POST was sent.
+    stream_ms: Vec<f64>,
+}
+
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let started = Instant::now();
     let mut w = WorkloadResult::new("notify");
     let s = sizes(ctx.tier.name);
     ensure_tenant(&ctx.pool, TENANT, "bench-notify").await?;
+    let this = Build {
+        label: "this build",
+        bin: &ctx.bin,
+        base_url: ctx.server.base_url.clone(),
+    };
+    // With a before build, its own server (same database and environment)
+    // and worker, legs alternating which build goes first.
+    let before_server = match &ctx.before_bin {
+        Some(bin) => {
+            eprintln!("  notify: {} serves as the before", bin.display());
+            Some(
+                Tidings::serve(Launch {
+                    bin,
+                    database_url: &ctx.target.url,
+                    log_dir: &ctx.work_dir,
+                    name: "serve-before-notify",
+                    env: server::main_server_env(),
+                })
+                .await?,
+            )
+        }
+        None => None,
+    };
+    let before = ctx
+        .before_bin
+        .as_deref()
+        .zip(before_server.as_ref())
+        .map(|(bin, server)| Build {
+            label: "the before build",
+            bin,
+            base_url: server.base_url.clone(),
+        });
+    let outcome = measure_builds(ctx, &s, &this, before.as_ref()).await;
+    if let Some(server) = before_server {
+        server.stop().await;
+    }
+    let (legs, before_legs) = outcome?;
+
+    let mut t = Table::new(
+        &format!(
+            "Time to notify at half the maximum alert rate ({RECIPIENTS} recipients per alert, one worker, default poll 1 s)"
+        ),
+        &[
+            "build",
+            "path",
+            "alerts /s (accepted, max → offered)",
+            "notifications",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+        ],
+    );
+    let rates = |legs: &[Leg], rate: fn(&Measured) -> f64| -> Vec<f64> {
+        legs.iter().map(|l| rate(&l.measured)).collect()
+    };
+    let accepted: fn(&Measured) -> f64 = |m| m.accepted_rate;
+    let max: fn(&Measured) -> f64 = |m| m.max_rate;
+    let offered: fn(&Measured) -> f64 = |m| m.offered_rate;
+    let mut rows = |build: &Build, legs: &[Leg]| {
+        let rate = |r: fn(&Measured) -> f64| Spread::of(&rates(legs, r)).median;
+        let webhook_ms: Vec<f64> = legs
+            .iter()
+            .flat_map(|l| l.measured.webhook_ms.iter().copied())
+            .collect();
+        let stream_ms: Vec<f64> = legs
+            .iter()
+            .flat_map(|l| l.stream_ms.iter().copied())
+            .collect();
+        let mut latencies = vec![];
+        for (path, samples) in [
+            ("webhook received", webhook_ms),
+            ("in-app item on an open stream", stream_ms),
+        ] {
+            let l = Latency::of(&samples);
+            let ms = |v: Option<f64>| v.unwrap_or(f64::NAN);
+            t.row(vec![
+                build.label.to_string(),
+                format!("POST /v1/alerts → {path}"),
+                format!(
+                    "{:.0}, {:.0} → {:.0}",
+                    rate(accepted),
+                    rate(max),
+                    rate(offered)
+                ),
+                samples.len().to_string(),
+                format!("{:.1}", ms(l.p50_ms)),
+                format!("{:.1}", ms(l.p99_ms)),
+                format!("{:.1}", ms(l.p999_ms)),
+            ]);
+            latencies.push((path, l, samples.len()));
+        }
+        latencies
+    };
+    let latencies = rows(&this, &legs);
+    let before_latencies = before.as_ref().map(|b| rows(b, &before_legs));
+    w.tables.push(t);
+
+    w.figure(
+        "max_alerts_per_second",
+        json!(Spread::of(&rates(&legs, max)).median),
+    );
+    w.figure(
+        "accepted_alerts_per_second",
+        json!(Spread::of(&rates(&legs, accepted)).median),
+    );
+    w.figure(
+        "offered_alerts_per_second",
+        json!(Spread::of(&rates(&legs, offered)).median),
+    );
+    for ((path, l, n), figure) in latencies.iter().zip(["webhook_ms", "stream_ms"]) {
+        w.figure(
+            figure,
+            json!({"p50": l.p50_ms, "p99": l.p99_ms, "p999": l.p999_ms, "n": n}),
+        );
+        w.aims.push(Aim::below(
+            &format!("time to notify, POST /v1/alerts → {path}, p99 at half the maximum rate"),
+            l.p99_ms.unwrap_or(f64::NAN),
+            "ms",
+            AIM_P99_MS,
+        ));
+    }
+    if let (Some(bin), Some(before_latencies)) = (&ctx.before_bin, before_latencies) {
+        w.figure("before_bin", bin.display().to_string());
+        w.figure("max_alerts_per_second_by_leg", json!(rates(&legs, max)));
+        w.figure(
+            "max_alerts_per_second_before_by_leg",
+            json!(rates(&before_legs, max)),
+        );
+        for ((path, l, n), figure) in before_latencies
+            .iter()
+            .zip(["webhook_ms_before", "stream_ms_before"])
+        {
+            w.figure(
+                figure,
+                json!({"p50": l.p50_ms, "p99": l.p99_ms, "p999": l.p999_ms, "n": n, "path": path}),
+            );
+        }
+        for (name, what, rate) in [
+            (
+                "notify maximum alert rate: this build ÷ before (same run)",
+                "alerts/s end to end, closed loop (the last webhook's arrival)",
+                max,
+            ),
+            (
+                "notify accepted alert rate: this build ÷ before (same run)",
+                "alerts/s accepted by the API, closed loop",
+                accepted,
+            ),
+        ] {
+            w.ratios.push(Ratio::new(
+                name,
+                &format!("{what}, this build"),
+                &format!("{what}, the before build"),
+                None,
+                &rates(&legs, rate),
+                &rates(&before_legs, rate),
+            ));
+        }
+    }
+    w.notes.push(format!(
+        "Maximum: {} posters in a closed loop for {} s, then the alerts ÷ the time until their last \
+         webhook arrived (accepted: the alerts ÷ the time the posters took). Measured: {} s \
+         open loop at half that. Time to notify = arrival at the receiver − when the alert's \
+         POST was sent (accept, commit, NOTIFY, claim, send). Every webhook arrived once; every \
+         stream received every alert once.{}",
+        s.posters,
+        s.probe.as_secs(),
+        s.measure.as_secs(),
+        if before.is_some() {
+            format!(
+                " With the before build: {BEFORE_REPS} legs each, alternating which build goes \
+                 first, each build with its own server and worker; rates are medians over the \
+                 legs, latencies over their pooled samples."
+            )
+        } else {
+            String::new()
+        }
+    ));
+    w.seconds = started.elapsed().as_secs_f64();
+    Ok(w)
+}
+
+/// This build's legs, and the before build's when there is one, alternating
+/// which goes first: one leg without a before build, [`BEFORE_REPS`] each
+/// with one.
+async fn measure_builds(
+    ctx: &Ctx,
+    s: &Sizes,
+    this: &Build<'_>,
+    before: Option<&Build<'_>>,
+) -> anyhow::Result<(Vec<Leg>, Vec<Leg>)> {
+    let (mut legs, mut before_legs) = (vec![], vec![]);
+    let Some(before) = before else {
+        legs.push(leg(ctx, s, this, "this").await?);
+        return Ok((legs, before_legs));
+    };
+    for rep in 0..BEFORE_REPS {
+        eprintln!("  notify before/after rep {}/{BEFORE_REPS}", rep + 1);
+        let tag = format!("before{rep}");
+        if rep % 2 == 0 {
+            before_legs.push(leg(ctx, s, before, &tag).await?);
+            legs.push(leg(ctx, s, this, &format!("this{rep}")).await?);
+        } else {
+            legs.push(leg(ctx, s, this, &format!("this{rep}")).await?);
+            before_legs.push(leg(ctx, s, before, &tag).await?);
+        }
+    }
+    Ok((legs, before_legs))
+}
+
+/// One leg on `build`: a sink and endpoint of its own, the recipients'
+/// streams on its server, its worker; the maximum, then half of it. Checked:
+/// each stream received each measured alert once.
+async fn leg(ctx: &Ctx, s: &Sizes, build: &Build<'_>, leg_tag: &str) -> anyhow::Result<Leg> {
     let sink = Sink::start_timing().await?;
     let endpoint =
-        create_sink_endpoint(&ctx.http, &ctx.server.base_url, &api_key(TENANT), &sink.url).await?;
+        create_sink_endpoint(&ctx.http, &build.base_url, &api_key(TENANT), &sink.url).await?;
     let worker = Tidings::worker(Launch {
-        bin: &ctx.bin,
+        bin: build.bin,
         database_url: &ctx.target.url,
         log_dir: &ctx.work_dir,
-        name: "notify-worker",
+        name: &format!("notify-worker-{leg_tag}"),
         env: vec![("TIDINGS_WEBHOOK_ALLOW_PRIVATE".into(), "loopback".into())],
     })
     .await?;
@@ -149,7 +381,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     for i in 0..RECIPIENTS {
         streams.push(tokio::spawn(hold_stream(
             client.clone(),
-            ctx.server.url("/v1/feed/stream"),
+            format!("{}/v1/feed/stream", build.base_url),
             user_token(TENANT, &recipient(i))?,
             gate.clone(),
             open_tx.clone(),
@@ -165,7 +397,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         }
     }
 
-    let result = measure(ctx, &s, &sink).await;
+    let tag = format!("notify{}-{leg_tag}", std::process::id());
+    let result = measure(ctx, s, &build.base_url, &tag, &sink).await;
     let _ = stop_tx.send(true);
     let mut received = Vec::new();
     for stream in streams {
@@ -174,90 +407,40 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     worker.stop().await;
     let _ = ctx
         .http
-        .delete(ctx.server.url(&format!("/v1/webhook-endpoints/{endpoint}")))
+        .delete(format!(
+            "{}/v1/webhook-endpoints/{endpoint}",
+            build.base_url
+        ))
         .bearer_auth(api_key(TENANT))
         .send()
         .await;
-    let m = result?;
+    let measured = result?;
 
     // Each stream saw each measured alert once.
     let mut stream_ms = Vec::new();
     for (i, r) in received.iter().enumerate() {
         let mut seen: HashMap<u32, usize> = HashMap::new();
         for &(seq, at) in &r.pushes {
-            let Some(sent) = m.sent.get(&seq) else {
+            let Some(sent) = measured.sent.get(&seq) else {
                 continue;
             };
             *seen.entry(seq).or_default() += 1;
             stream_ms.push(at.saturating_duration_since(*sent).as_secs_f64() * 1e3);
         }
         anyhow::ensure!(
-            seen.len() == m.sent.len() && seen.values().all(|&n| n == 1),
-            "stream {i} received {} distinct measured alerts of {} ({} duplicates, {} resets)",
+            seen.len() == measured.sent.len() && seen.values().all(|&n| n == 1),
+            "{}: stream {i} received {} distinct measured alerts of {} ({} duplicates, {} resets)",
+            build.label,
             seen.len(),
-            m.sent.len(),
+            measured.sent.len(),
             seen.values().filter(|&&n| n > 1).count(),
             r.resets
         );
     }
-    let mut t = Table::new(
-        &format!(
-            "Time to notify at half the maximum alert rate ({RECIPIENTS} recipients per alert, one worker, default poll 1 s)"
-        ),
-        &[
-            "path",
-            "alerts /s (accepted, max → offered)",
-            "notifications",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-        ],
-    );
-    w.figure("max_alerts_per_second", json!(m.max_rate));
-    w.figure("accepted_alerts_per_second", json!(m.accepted_rate));
-    w.figure("offered_alerts_per_second", json!(m.offered_rate));
-    let paths = [
-        ("webhook received", "webhook_ms", &m.webhook_ms),
-        ("in-app item on an open stream", "stream_ms", &stream_ms),
-    ];
-    for (path, figure, samples) in paths {
-        let l = Latency::of(samples);
-        let ms = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        t.row(vec![
-            format!("POST /v1/alerts → {path}"),
-            format!(
-                "{:.0}, {:.0} → {:.0}",
-                m.accepted_rate, m.max_rate, m.offered_rate
-            ),
-            samples.len().to_string(),
-            format!("{:.1}", ms(l.p50_ms)),
-            format!("{:.1}", ms(l.p99_ms)),
-            format!("{:.1}", ms(l.p999_ms)),
-        ]);
-        w.figure(
-            figure,
-            json!({"p50": l.p50_ms, "p99": l.p99_ms, "p999": l.p999_ms, "n": samples.len()}),
-        );
-        w.aims.push(Aim::below(
-            &format!("time to notify, POST /v1/alerts → {path}, p99 at half the maximum rate"),
-            ms(l.p99_ms),
-            "ms",
-            AIM_P99_MS,
-        ));
-    }
-    w.tables.push(t);
-    w.notes.push(format!(
-        "Maximum: {} posters in a closed loop for {} s, then the alerts ÷ the time until their last \
-         webhook arrived (accepted: the alerts ÷ the time the posters took). Measured: {} s \
-         open loop at half that. Time to notify = arrival at the receiver − when the alert's \
-         POST was sent (accept, commit, NOTIFY, claim, send). Every webhook arrived once; every \
-         stream received every alert once.",
-        s.posters,
-        s.probe.as_secs(),
-        s.measure.as_secs()
-    ));
-    w.seconds = started.elapsed().as_secs_f64();
-    Ok(w)
+    Ok(Leg {
+        measured,
+        stream_ms,
+    })
 }
 
 struct Measured {
@@ -271,9 +454,13 @@ struct Measured {
     webhook_ms: Vec<f64>,
 }
 
-async fn measure(ctx: &Ctx, s: &Sizes, sink: &Sink) -> anyhow::Result<Measured> {
-    let tag = format!("notify{}", std::process::id());
-
+async fn measure(
+    ctx: &Ctx,
+    s: &Sizes,
+    base_url: &str,
+    tag: &str,
+    sink: &Sink,
+) -> anyhow::Result<Measured> {
     // The maximum, closed loop.
     eprintln!(
         "  notify: the maximum alert rate ({} posters, closed loop)",
@@ -285,7 +472,7 @@ async fn measure(ctx: &Ctx, s: &Sizes, sink: &Sink) -> anyhow::Result<Measured> 
     let poster = || async {
         while start.elapsed() < s.probe {
             let seq = next.fetch_add(1, Ordering::Relaxed);
-            if !post_alert(ctx, &tag, seq).await {
+            if !post_alert(ctx, base_url, tag, seq).await {
                 failed.store(true, Ordering::Relaxed);
                 return;
             }
@@ -306,14 +493,13 @@ async fn measure(ctx: &Ctx, s: &Sizes, sink: &Sink) -> anyhow::Result<Measured> 
     eprintln!("  notify: {n} alerts at {per_sec:.0}/s, open loop");
     let interval = Duration::from_secs_f64(1.0 / per_sec);
     let start = Instant::now();
-    let one = |k: u32| {
-        let tag = &tag;
-        async move {
-            tokio::time::sleep_until((start + interval * k).into()).await;
-            let seq = MEASURED_FROM + k;
-            let sent = Instant::now();
-            post_alert(ctx, tag, seq).await.then_some((seq, sent))
-        }
+    let one = |k: u32| async move {
+        tokio::time::sleep_until((start + interval * k).into()).await;
+        let seq = MEASURED_FROM + k;
+        let sent = Instant::now();
+        post_alert(ctx, base_url, tag, seq)
+            .await
+            .then_some((seq, sent))
     };
     let posted: Vec<Option<(u32, Instant)>> = futures::future::join_all((0..n).map(one)).await;
     let offered_rate = n as f64 / start.elapsed().as_secs_f64();
