@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{fmt_ms, rps, Ctx};
+use super::{fmt_ms, rps, serve_before, Ctx};
 use crate::{
     loadgen::HttpRequest,
     pg,
     report::{Ratio, Table, WorkloadResult},
-    server::{self, Launch, Tidings},
+    server::Tidings,
     stats::Spread,
 };
 
@@ -26,19 +26,7 @@ const BEFORE_AFTER_REPS: usize = 5;
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let before = match &ctx.before_bin {
-        Some(bin) => {
-            eprintln!("  health: {} serves as the before", bin.display());
-            Some(
-                Tidings::serve(Launch {
-                    bin,
-                    database_url: &ctx.target.url,
-                    log_dir: &ctx.work_dir,
-                    name: "serve-before",
-                    env: server::main_server_env(),
-                })
-                .await?,
-            )
-        }
+        Some(bin) => Some(serve_before(ctx, bin, "health").await?),
         None => None,
     };
     let outcome = measure(ctx, before.as_ref()).await;

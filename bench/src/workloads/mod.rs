@@ -59,18 +59,24 @@ where
     F: FnMut(usize, String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Measure>>,
 {
+    let before = serve_before(ctx, bin, workload).await?;
+    let outcome = measure_pairs(ctx, &before, workload, names, measure).await;
+    before.stop().await;
+    outcome
+}
+
+/// Serves `bin`, the before build, beside the main server: same database,
+/// same environment.
+pub async fn serve_before(ctx: &Ctx, bin: &Path, workload: &str) -> anyhow::Result<Tidings> {
     eprintln!("  {workload}: {} serves as the before", bin.display());
-    let before = Tidings::serve(Launch {
+    Tidings::serve(Launch {
         bin,
         database_url: &ctx.target.url,
         log_dir: &ctx.work_dir,
         name: &format!("serve-before-{workload}"),
         env: server::main_server_env(),
     })
-    .await?;
-    let outcome = measure_pairs(ctx, &before, workload, names, measure).await;
-    before.stop().await;
-    outcome
+    .await
 }
 
 async fn measure_pairs<F, Fut>(

@@ -32,11 +32,11 @@ use anyhow::Context;
 use serde_json::json;
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use super::{create_sink_endpoint, stream::hold_stream, user_token, Ctx};
+use super::{create_sink_endpoint, serve_before, stream::hold_stream, user_token, Ctx};
 use crate::{
     report::{Aim, Ratio, Table, WorkloadResult},
     seed::{api_key, ensure_tenant},
-    server::{self, Launch, Sink, Tidings},
+    server::{Launch, Sink, Tidings},
     stats::{Latency, Spread},
     tier::TierName,
 };
@@ -154,19 +154,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // With a before build, its own server (same database and environment)
     // and worker, legs alternating which build goes first.
     let before_server = match &ctx.before_bin {
-        Some(bin) => {
-            eprintln!("  notify: {} serves as the before", bin.display());
-            Some(
-                Tidings::serve(Launch {
-                    bin,
-                    database_url: &ctx.target.url,
-                    log_dir: &ctx.work_dir,
-                    name: "serve-before-notify",
-                    env: server::main_server_env(),
-                })
-                .await?,
-            )
-        }
+        Some(bin) => Some(serve_before(ctx, bin, "notify").await?),
         None => None,
     };
     let before = ctx
