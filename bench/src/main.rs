@@ -261,7 +261,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         pg_waldump: args.pg_waldump.clone(),
     };
     let load_generators = tools.versions().await;
-    let stem = format!("{}-{}", started_at.format("%Y-%m-%d"), args.git_sha);
+    let stem = report::run_stem(
+        &out_dir,
+        &started_at.format("%Y-%m-%d").to_string(),
+        &args.git_sha,
+        tier.name == TierName::M,
+    );
     let ctx = Ctx {
         tier: tier.clone(),
         target: target.clone(),

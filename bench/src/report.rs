@@ -687,6 +687,25 @@ fn seed_line(seed: &Value) -> String {
     }
 }
 
+/// The stem of a run's files: `<date>-<sha>`. A run that keeps its results
+/// (`keep_earlier`: tier M, whose files are committed) never writes over an
+/// earlier run's: a second run of one commit on one day is `<date>-<sha>-2`,
+/// then `-3`, and so on.
+pub fn run_stem(dir: &Path, date: &str, sha: &str, keep_earlier: bool) -> String {
+    let stem = format!("{date}-{sha}");
+    if !keep_earlier {
+        return stem;
+    }
+    let taken = |stem: &str| dir.join(format!("{stem}.json")).exists();
+    if !taken(&stem) {
+        return stem;
+    }
+    (2..)
+        .map(|n| format!("{stem}-{n}"))
+        .find(|s| !taken(s))
+        .expect("some suffix is free")
+}
+
 pub fn write_all(
     report: &Report,
     dir: &Path,
@@ -705,6 +724,21 @@ pub fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_run_never_takes_an_earlier_runs_stem() {
+        let dir = std::env::temp_dir().join(format!("tidings-bench-stem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stem = |keep| run_stem(&dir, "2026-12-06", "abc", keep);
+        assert_eq!(stem(true), "2026-12-06-abc");
+        std::fs::write(dir.join("2026-12-06-abc.json"), "{}").unwrap();
+        assert_eq!(stem(true), "2026-12-06-abc-2");
+        std::fs::write(dir.join("2026-12-06-abc-2.json"), "{}").unwrap();
+        assert_eq!(stem(true), "2026-12-06-abc-3");
+        // Tier S's smoke results are scratch: the next run replaces them.
+        assert_eq!(stem(false), "2026-12-06-abc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn nan_and_negative_figures_are_rejected() {
