@@ -289,7 +289,9 @@ async fn another_tenants_open_write_or_a_foreign_xid_holds_back_no_feed_on_a_sta
 /// A standby whose newest horizon it can serve with is older than
 /// `TIDINGS_REPLICA_MAX_HORIZON_AGE_MS` leaves rotation, however small its
 /// replay lag: `/readyz` says `lagging` with both ages, and reads go to the
-/// primary (here a bound of 1 ms, which no standby can meet).
+/// primary (here a bound of 1 ms). A standby can meet that bound for a moment
+/// right after a check and be picked; the read then finds its horizon too old
+/// and still goes to the primary, counted apart.
 #[tokio::test]
 async fn a_standby_whose_horizon_is_too_old_leaves_rotation_and_reads_go_to_the_primary() {
     let cluster = Cluster::shared().await;
@@ -334,11 +336,9 @@ async fn a_standby_whose_horizon_is_too_old_leaves_rotation_and_reads_go_to_the_
     assert_eq!(page["items"][0]["id"], posted["id"], "{page}");
     let ready = readiness(&app).await;
     assert_eq!(ready["reads"]["standby"], 0, "{ready}");
+    let counter = |name: &str| ready["reads"][name].as_u64().expect("counter");
     assert!(
-        ready["reads"]["primary_no_standby"]
-            .as_u64()
-            .expect("counter")
-            > 0,
+        counter("primary_no_standby") + counter("primary_standby_horizon_old") > 0,
         "{ready}"
     );
 }
