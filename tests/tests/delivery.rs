@@ -15,7 +15,7 @@ use std::{
 use serde_json::{json, Value};
 use tidings_core::Channel;
 use tidings_server::store::outbox::{
-    claim_deliveries, complete_deliveries, CompletedDelivery, Completion,
+    claim_deliveries, complete_deliveries, ClaimedDelivery, CompletedDelivery, Completion,
 };
 use tidings_tests::{
     alert, create_endpoint, eventually, post_to_recipients, recipients,
@@ -670,12 +670,9 @@ async fn a_late_sent_from_an_expired_lease_moves_nothing_and_the_delivery_is_sen
     assert_eq!(f.delivery(&key).await.outcome(), ("sent", 2, true));
 }
 
-/// The completion reaches a row at the version its claim wrote, and by its
-/// key when the row has moved on since (another statement updated it): a
-/// version that names another row, or no live row, never completes the
-/// wrong one nor loses the result.
-#[tokio::test]
-async fn a_completion_finds_its_row_whatever_version_it_carries() {
+/// One alert to two webhook endpoints, its two deliveries claimed directly
+/// (the fixture runs no worker).
+async fn one_alert_claimed_at_two_endpoints() -> (WebhookFixture, Vec<ClaimedDelivery>) {
     let f = webhook_fixture().await;
     f.endpoint_at("http://a.example/hook", None).await;
     f.endpoint_at("http://b.example/hook", None).await;
@@ -684,16 +681,24 @@ async fn a_completion_finds_its_row_whatever_version_it_carries() {
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 2, "one delivery per endpoint");
+    (f, claimed)
+}
+
+/// The completion reaches a row at the version its claim wrote, and by its
+/// key when the row has moved on since (another statement updated it): a
+/// version that names another row, or no live row, never completes the
+/// wrong one nor loses the result.
+#[tokio::test]
+async fn a_completion_finds_its_row_whatever_version_it_carries() {
+    let (f, claimed) = one_alert_claimed_at_two_endpoints().await;
     let (a, b) = (&claimed[0], &claimed[1]);
     assert!(a.version.is_some() && a.version != b.version, "{claimed:?}");
-    let sent = |d: &tidings_server::store::outbox::ClaimedDelivery, version: Option<String>| {
-        CompletedDelivery {
-            tenant_id: d.tenant_id,
-            id: d.id,
-            attempts: d.attempts,
-            version,
-            completion: Completion::Sent,
-        }
+    let sent = |d: &ClaimedDelivery, version: Option<String>| CompletedDelivery {
+        tenant_id: d.tenant_id,
+        id: d.id,
+        attempts: d.attempts,
+        version,
+        completion: Completion::Sent,
     };
     let status = |id: i64| {
         let pool = f.pool.clone();
@@ -755,14 +760,7 @@ async fn retention_keeps_a_notification_while_a_delivery_of_it_remains_in_either
         deliveries::DeliveryStatus,
         store::retention::{purge_deliveries, DeliveryTable},
     };
-    let f = webhook_fixture().await;
-    f.endpoint_at("http://a.example/hook", None).await;
-    f.endpoint_at("http://b.example/hook", None).await;
-    f.send_one("invoice.overdue", "u-0").await;
-    let claimed = claim_deliveries(&f.pool, 10, 60_000, &[Channel::Webhook])
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 2, "one delivery per endpoint");
+    let (f, claimed) = one_alert_claimed_at_two_endpoints().await;
     let done: Vec<CompletedDelivery> = claimed
         .iter()
         .zip([

@@ -154,20 +154,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // With a before build, its own server (same database and environment)
     // and worker, legs alternating which build goes first.
     let before_server = match &ctx.before_bin {
-        Some(bin) => Some(serve_before(ctx, bin, "notify").await?),
+        Some(bin) => Some((bin, serve_before(ctx, bin, "notify").await?)),
         None => None,
     };
-    let before = ctx
-        .before_bin
-        .as_deref()
-        .zip(before_server.as_ref())
-        .map(|(bin, server)| Build {
-            label: "the before build",
-            bin,
-            base_url: server.base_url.clone(),
-        });
+    let before = before_server.as_ref().map(|(bin, server)| Build {
+        label: "the before build",
+        bin,
+        base_url: server.base_url.clone(),
+    });
     let outcome = measure_builds(ctx, &s, &this, before.as_ref()).await;
-    if let Some(server) = before_server {
+    if let Some((_, server)) = before_server {
         server.stop().await;
     }
     let (legs, before_legs) = outcome?;
