@@ -110,6 +110,15 @@ struct Args {
     /// (scripts/bench starts it there unless BENCH_PG_PORT says otherwise).
     #[arg(long)]
     checkout_pg_port: bool,
+    /// Print the environment of the main bench server (`KEY=VALUE` lines,
+    /// without its database and listener), then exit: for tools that start
+    /// one by hand (bench/tools/cold-reads-lab).
+    #[arg(long)]
+    print_server_env: bool,
+    /// Read `<tenant index>\t<user id>` lines on stdin and print each user's
+    /// token as the workloads mint it, then exit.
+    #[arg(long)]
+    mint_user_tokens: bool,
 }
 
 /// The bench PostgreSQL's port when none is given: this checkout's own, as
@@ -136,6 +145,25 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> anyhow::Result<bool> {
     if args.checkout_pg_port {
         println!("{}", checkout_pg_port());
+        return Ok(true);
+    }
+    if args.print_server_env {
+        for (key, value) in server::common_env() {
+            println!("{key}={value}");
+        }
+        for (key, value) in server::main_server_env() {
+            println!("{key}={value}");
+        }
+        return Ok(true);
+    }
+    if args.mint_user_tokens {
+        for line in std::io::stdin().lines() {
+            let line = line?;
+            let (tenant, user) = line
+                .split_once('\t')
+                .with_context(|| format!("not <tenant index>\\t<user id>: {line:?}"))?;
+            println!("{}", workloads::user_token(tenant.parse()?, user)?);
+        }
         return Ok(true);
     }
     let started = Instant::now();

@@ -44,6 +44,19 @@ pub fn main_server_env() -> Vec<(String, String)> {
     ]
 }
 
+/// The environment every `tidings` process the bench starts has, whatever
+/// else its launch adds (its database, listener and [`Launch::env`]).
+pub fn common_env() -> [(&'static str, &'static str); 5] {
+    [
+        ("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("TIDINGS_METRICS_TOKEN", METRICS_TOKEN),
+        ("TIDINGS_SECRET_KEY", SECRET_KEY),
+        // Per-request logs would measure the terminal, not the service.
+        ("RUST_LOG", "warn"),
+        ("TIDINGS_LOG_FORMAT", "json"),
+    ]
+}
+
 /// A running `tidings` process; SIGTERM then SIGKILL when dropped.
 pub struct Tidings {
     child: Child,
@@ -120,12 +133,7 @@ fn spawn(launch: &Launch<'_>, args: &[&str]) -> anyhow::Result<(Child, PathBuf)>
     cmd.args(args)
         .env("DATABASE_URL", launch.database_url)
         .env("TIDINGS_LISTEN", "127.0.0.1:0")
-        .env("TIDINGS_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("TIDINGS_METRICS_TOKEN", METRICS_TOKEN)
-        .env("TIDINGS_SECRET_KEY", SECRET_KEY)
-        // Per-request logs would measure the terminal, not the service.
-        .env("RUST_LOG", "warn")
-        .env("TIDINGS_LOG_FORMAT", "json")
+        .envs(common_env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
