@@ -11,8 +11,11 @@
 //! through the harness's own HTTP client ([`read_each`]), so every request is
 //! its user's first on the instance and every pass reads the same users.
 //! Every fresh server is first warmed up by the hot reader's reads (its
-//! pool filled, its horizon read): what is cold is the users, not the
-//! process. Each repetition, interleaved:
+//! pool filled, its horizon read) and by [`WARM_USERS`] users who are not
+//! in the passes, each read twice (so that every connection has prepared
+//! and planned each statement a first read runs, in each of the first-page
+//! statement's shapes): what is cold is the users, not the process. Each
+//! repetition, interleaved:
 //!
 //! 1. **first read ever**: every stored counts base dropped
 //!    (`feed_state.counts_base`), a fresh `tidings serve`: each read loads
@@ -30,9 +33,13 @@
 //! alternate repetitions.
 //!
 //! Then the open-loop check at half the stored-base maximum, on a fresh
-//! server, over as many of the same users as that rate reads in the tier's
-//! latency measurement. Figures: what became of the bases to be stored
-//! (the server's metrics).
+//! server warmed up as above, over as many of the same users as that rate
+//! reads in the tier's latency measurement (the aim), and the same on a
+//! just-started server warmed up by the hot reader alone (a record: its
+//! connections plan as they go, a few ms per plan of the feed statement,
+//! which is what an instance pays in its first seconds, not what a user's
+//! first read costs on an instance that has served others). Figures: what
+//! became of the bases to be stored (the server's metrics).
 
 use std::{
     sync::{
@@ -55,6 +62,9 @@ use crate::{
 
 /// Users each pass reads (at most): ~6 s at tier M's cold rate.
 const PER_PASS: usize = 6_000;
+/// Users after the passes' in the order who warm up each fresh server
+/// (fewer when the seed has fewer; none at tier S, whose passes read all).
+const WARM_USERS: usize = 2_000;
 
 /// The seeded users in a Zipf-weighted order (s = 1), each once: draws with
 /// weight 1/rank over a fixed shuffle, first occurrences kept, the users never
@@ -198,10 +208,11 @@ async fn scrape(ctx: &Ctx, server: &Tidings) -> anyhow::Result<String> {
         .await?)
 }
 
-/// A fresh `tidings serve`, warmed up by `warm_up` reads (the hot reader's):
-/// its database pool filled and its horizon read, so that the passes measure
-/// users the instance has not seen, not a process starting (whose first
-/// requests wait for connections to open).
+/// A fresh `tidings serve`, warmed up by `warm_up` reads: its database pool
+/// filled, its horizon read and, with other users among them, every
+/// statement a first read runs planned on each connection, so that the
+/// passes measure users the instance has not seen, not a process starting
+/// (whose first requests wait for connections to open and for plans).
 async fn fresh_server(
     ctx: &Ctx,
     bin: &std::path::Path,
@@ -217,7 +228,24 @@ async fn fresh_server(
     })
     .await?;
     read_each(&server.base_url, warm_up, ctx.tier.connections, None).await?;
+    // Let the warm-up's background writes (other users' bases) land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(server)
+}
+
+/// On a fresh server of this build warmed up by `warm_up`: each of `users`
+/// read once, open loop at `rate` requests per second.
+async fn paced_reads(
+    ctx: &Ctx,
+    name: &str,
+    warm_up: &[String],
+    users: &[String],
+    rate: f64,
+) -> anyhow::Result<Measure> {
+    let server = fresh_server(ctx, &ctx.bin, name, warm_up).await?;
+    let m = read_each(&server.base_url, users, ctx.tier.connections, Some(rate)).await;
+    server.stop().await;
+    m.with_context(|| format!("the paced cold reads ({name})"))
 }
 
 /// On a fresh server of `bin`: the users' first reads there (their stored
@@ -283,7 +311,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let pass = &tokens[..per_pass];
     let hot_reader = super::feed::pick_reader(ctx).await?;
     let hot_tokens = vec![user_token(0, &hot_reader.user_id)?; per_pass];
-    let warm_up = &hot_tokens[..(ctx.tier.connections as usize * 8).min(per_pass)];
+    let hot_warm_up = &hot_tokens[..(ctx.tier.connections as usize * 8).min(per_pass)];
+    // Each other user twice: a first read's statements, then a second read's.
+    let others = &tokens[per_pass..(per_pass + WARM_USERS).min(tokens.len())];
+    let warm_up: Vec<String> = hot_warm_up
+        .iter()
+        .chain(others)
+        .chain(others)
+        .cloned()
+        .collect();
+    let warm_up = &warm_up[..];
     let connections = ctx.tier.connections;
 
     let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
@@ -338,16 +375,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     // Users the first passes read (their bases stored), as many as the
     // latency measurement's length reads at that rate.
     let paced_users = ((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass);
-    let server = fresh_server(ctx, &ctx.bin, "serve-feed-cold-paced", warm_up).await?;
-    let at_half = read_each(
-        &server.base_url,
-        &tokens[..paced_users],
-        connections,
-        Some(half),
+    let paced_users = &tokens[..paced_users];
+    let at_half = paced_reads(ctx, "serve-feed-cold-paced", warm_up, paced_users, half).await?;
+    let just_started = paced_reads(
+        ctx,
+        "serve-feed-cold-paced-started",
+        hot_warm_up,
+        paced_users,
+        half,
     )
-    .await;
-    server.stop().await;
-    let at_half = at_half.context("the paced cold reads")?;
+    .await?;
 
     let mut table = Table::new(
         "First pages (limit 20) by distinct users, each read its user's first on the instance \
@@ -462,12 +499,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     w.figure("at_half_p50_ms", at_half.p50_ms);
     w.figure("at_half_p99_ms", at_half.p99_ms);
     w.figure("at_half_p999_ms", at_half.p999_ms);
+    w.figure("just_started_at_half_p99_ms", just_started.p99_ms);
     w.notes.push(format!(
         "{} readers in a Zipf-weighted order (s = 1); each pass reads the first {} of them, \
          each once (every request its user's first on the instance). Bases stored in the \
          first-read passes: {} ({} dropped while the queue was full). At half the maximum \
          ({:.0} req/s aimed, {:.0} measured, open loop): p50 {:.2} ms, p99 {:.2} ms, \
-         p99.9 {:.2} ms.",
+         p99.9 {:.2} ms. Every fresh server was warmed up by {} other users' reads (each \
+         twice) and the hot reader's; on a just-started server warmed up by the hot reader \
+         alone, whose connections plan as they go, the same paced reads had p50 {:.2} ms, \
+         p99 {:.2} ms.",
         tokens.len(),
         per_pass,
         bases_stored,
@@ -477,6 +518,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
         at_half.p50_ms.unwrap_or(f64::NAN),
         at_half.p99_ms.unwrap_or(f64::NAN),
         at_half.p999_ms.unwrap_or(f64::NAN),
+        others.len(),
+        just_started.p50_ms.unwrap_or(f64::NAN),
+        just_started.p99_ms.unwrap_or(f64::NAN),
     ));
     w.seconds = started.elapsed().as_secs_f64();
     Ok(w)
