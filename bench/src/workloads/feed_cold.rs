@@ -314,13 +314,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let hot_warm_up = &hot_tokens[..(ctx.tier.connections as usize * 8).min(per_pass)];
     // Each other user twice: a first read's statements, then a second read's.
     let others = &tokens[per_pass..(per_pass + WARM_USERS).min(tokens.len())];
-    let warm_up: Vec<String> = hot_warm_up
+    let warm_up: &[String] = &hot_warm_up
         .iter()
         .chain(others)
         .chain(others)
         .cloned()
-        .collect();
-    let warm_up = &warm_up[..];
+        .collect::<Vec<_>>();
     let connections = ctx.tier.connections;
 
     let (mut first_ever, mut stored, mut second, mut hot) = (vec![], vec![], vec![], vec![]);
@@ -374,8 +373,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadResult> {
     let half = Spread::of(&rps(&stored)).median / 2.0;
     // Users the first passes read (their bases stored), as many as the
     // latency measurement's length reads at that rate.
-    let paced_users = ((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass);
-    let paced_users = &tokens[..paced_users];
+    let paced_users =
+        &tokens[..((half * ctx.tier.latency_measure.as_secs_f64()) as usize).clamp(2, per_pass)];
     let at_half = paced_reads(ctx, "serve-feed-cold-paced", warm_up, paced_users, half).await?;
     let just_started = paced_reads(
         ctx,
